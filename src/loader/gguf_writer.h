@@ -1,0 +1,48 @@
+// GGUF writer (version 3): metadata in insertion order, tensor infos, aligned tensor data.
+// The file is written to PATH.tmp and renamed, so a failed write never leaves a half file.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "loader/gguf_value.h"
+
+namespace kestrel::gguf {
+
+class GgufWriter {
+ public:
+  explicit GgufWriter(uint32_t alignment = 32);
+
+  // Sets a key; a key set twice keeps its first position and takes the new value.
+  void set(const std::string& key, Value value);
+  void set_string(const std::string& key, std::string v) { set(key, Value::of_string(std::move(v))); }
+  void set_u32(const std::string& key, uint32_t v) { set(key, Value::of_u32(v)); }
+  void set_f32(const std::string& key, float v) { set(key, Value::of_f32(v)); }
+  void set_bool(const std::string& key, bool v) { set(key, Value::of_bool(v)); }
+
+  // Adds a tensor whose bytes the writer owns. dims are innermost first.
+  void add_tensor(std::string name, DType type, std::vector<int64_t> dims, std::vector<uint8_t> bytes);
+  // Adds a tensor whose bytes stay owned by the caller until write() returns.
+  void add_tensor_view(std::string name, DType type, std::vector<int64_t> dims,
+                       std::span<const uint8_t> bytes);
+
+  void write(const std::string& path) const;
+
+ private:
+  struct PendingTensor {
+    std::string name;
+    DType type;
+    std::vector<int64_t> dims;
+    std::shared_ptr<std::vector<uint8_t>> owned;
+    std::span<const uint8_t> bytes;
+  };
+  uint32_t alignment_;
+  std::vector<std::pair<std::string, Value>> metadata_;
+  std::vector<PendingTensor> tensors_;
+};
+
+}  // namespace kestrel::gguf

@@ -1,0 +1,17 @@
+// Paths of the shared test models and of test data, fixed at configure time.
+#pragma once
+
+#include <string>
+
+namespace kestrel::test {
+
+// ../shared/models beside the project root.
+std::string shared_model_path(const std::string& relative);
+// tests/data in the source tree.
+std::string test_data_path(const std::string& relative);
+// A fresh scratch directory for one test (removed and recreated).
+std::string scratch_dir(const std::string& name);
+// Reads a whole file; fails the test if it cannot.
+std::string read_file(const std::string& path);
+
+}  // namespace kestrel::test

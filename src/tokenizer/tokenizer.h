@@ -1,6 +1,8 @@
 // Tokenizers built from GGUF metadata: SentencePiece-style ("llama": scores, byte fallback, the
 // U+2581 space) and byte-level BPE ("gpt2": merges or tiktoken ranks, pre-tokenizer regexes per
 // tokenizer.ggml.pre). Special tokens are matched in the text when parse_special is set.
+// Encoding follows llama.cpp token for token (checked against its test vectors and llama-tokenize).
+// All methods are const and safe to call from several threads at once.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +41,9 @@ struct VocabData {
                                           // use GPT-2's byte-to-unicode alphabet
   std::vector<float> scores;              // SPM merge priorities (may be empty for BPE)
   std::vector<TokenType> types;           // empty means all Normal
-  std::vector<std::string> merges;        // BPE "left right" pairs in rank order
+  std::vector<std::string> merges;        // BPE "left right" pairs in rank order. Empty for a
+                                          // tiktoken vocab: there a pair's rank is the id of the
+                                          // token the two parts form (ids are tiktoken ranks)
   TokenId bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1, eot_id = -1;
   bool add_bos = false;
   bool add_eos = false;
@@ -59,23 +63,28 @@ class Tokenizer {
   static std::unique_ptr<Tokenizer> from_tiktoken_llama3(const std::string& path);
 
   // add_special: prepend BOS / append EOS as the vocab asks. parse_special: text such as "<s>"
-  // or "<|eot_id|>" becomes that special token instead of being tokenized as text.
+  // or "<|eot_id|>" becomes that special token (control and unknown types) instead of being
+  // tokenized as text; user-defined tokens are matched either way, as in llama.cpp. For SPM with
+  // add_space_prefix, the dummy space goes in front of the text and after every special token.
   virtual std::vector<TokenId> encode(std::string_view text, bool add_special,
                                       bool parse_special) const = 0;
 
   // The raw bytes a token stands for (SPM: U+2581 -> ' ', <0xNN> -> byte; BPE: byte alphabet
-  // decoded). Control tokens give their text only when render_special is set.
+  // decoded). Control and unknown tokens give their text only when render_special is set;
+  // undefined and unused tokens give nothing (as in llama.cpp).
   virtual std::string token_to_piece(TokenId id, bool render_special) const = 0;
 
   // Decodes a whole sequence. For SPM with add_space_prefix, the single leading space that the
-  // encoder added is removed, so decode(encode(s)) == s.
+  // encoder added is removed from the first token and from a token right after BOS, so
+  // decode(encode(s)) == s for text without special tokens. Ids out of range are a kestrel::Error.
   virtual std::string decode(std::span<const TokenId> ids, bool render_special) const = 0;
 
   virtual const VocabData& vocab() const = 0;
   int32_t vocab_size() const { return int32_t(vocab().tokens.size()); }
   TokenId bos_id() const { return vocab().bos_id; }
   TokenId eos_id() const { return vocab().eos_id; }
-  // True for tokens that end generation (EOS, EOT such as <|eot_id|>).
+  // True for tokens that end generation: EOS, EOT, and control tokens that end a chat turn
+  // (<|eot_id|>, <|eom_id|>, <|im_end|>, <|end|>, <end_of_turn>).
   virtual bool is_end_of_generation(TokenId id) const = 0;
   // Looks a token up by its stored text; -1 if absent.
   virtual TokenId find_token(std::string_view text) const = 0;
@@ -83,9 +92,16 @@ class Tokenizer {
 
 // Turns a stream of token ids into text without ever emitting half a UTF-8 character: bytes of an
 // incomplete character are held until the next token completes them.
+//
+// For SentencePiece vocabs with add_space_prefix, a token that starts the stream or directly follows
+// BOS loses its leading space (the space the encoder added), as SentencePiece and llama2.c do. When
+// the stream continues a prompt, prime() it with the prompt's last token so that the first
+// generated token is treated as following that token (and keeps its space unless it was BOS).
 class StreamingDetokenizer {
  public:
   explicit StreamingDetokenizer(const Tokenizer& tokenizer, bool render_special = false);
+  // Records `id` as the token already seen before the stream, without emitting anything.
+  void prime(TokenId id);
   // Appends one token; returns the newly completed text (possibly empty).
   std::string push(TokenId id);
   // Returns whatever is held back (an incomplete character at the very end, emitted as is).
@@ -94,9 +110,9 @@ class StreamingDetokenizer {
  private:
   const Tokenizer& tokenizer_;
   bool render_special_;
-  bool at_start_ = true;
-  TokenId previous_ = -1;
-  std::string pending_;
+  bool strips_space_after_bos_;  // SPM with add_space_prefix
+  TokenId previous_ = -1;        // -1: nothing seen yet
+  std::string pending_;          // bytes of an incomplete UTF-8 character
 };
 
 }  // namespace kestrel

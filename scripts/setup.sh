@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs everything Kestrel needs to build and test on a fresh Debian 12 machine: Debian packages
+# (only the missing ones, so a second run is instant) and the Python test venv (.venv, pinned).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  g++ cmake make pkg-config git
+  clang libclang-rt-14-dev                 # libFuzzer target for the GGUF reader
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libxxhash-dev
+  python3 python3-venv
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python is for tests and tooling only; the engine never needs it.
+if [ -f requirements-test.txt ]; then
+  stamp=.venv/.requirements-test.sha256
+  want=$(sha256sum requirements-test.txt | cut -d' ' -f1)
+  if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "setup: creating .venv from requirements-test.txt"
+    python3 -m venv .venv
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q -r requirements-test.txt
+    echo "$want" > "$stamp"
+  fi
+fi

@@ -1,0 +1,83 @@
+// The compute backend: every numeric kernel the model's forward pass needs, behind one interface,
+// so a CUDA backend can join later without touching model code. Pointers are memory the backend
+// can address (host memory for the CPU backend). Activations are F32, row-major [tokens, width].
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/dtype.h"
+
+namespace kestrel {
+
+// A 2-D weight matrix W[rows][cols] in any supported format, rows stored one after another.
+// A linear layer computes y[t][r] = sum_c W[r][c] * x[t][c].
+struct WeightView {
+  DType type = DType::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const void* data = nullptr;
+};
+
+struct RopeParams {
+  int n_rot = 0;               // rotated dimensions per head (<= head_dim)
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;     // linear position scaling (1 / factor)
+  bool neox = false;           // NeoX order pairs (i, i + n_rot/2); normal order pairs (2i, 2i+1)
+  const float* freq_factors = nullptr;  // [n_rot / 2] divisors of each frequency (Llama 3), or null
+};
+
+// K/V storage of one layer in the paged cache: [num_blocks][block_size][n_kv_head][head_dim].
+// slot = block_id * block_size + offset_in_block.
+struct KvLayerView {
+  float* k = nullptr;
+  float* v = nullptr;
+};
+
+// Attention metadata for a flattened batch: token t belongs to sequence token_seq[t], sits at
+// position positions[t] and attends causally to positions [max(0, pos - window + 1), pos] of its
+// sequence, whose K/V live in the blocks listed in block_tables[seq * max_blocks_per_seq ...].
+struct PagedAttentionArgs {
+  int64_t num_tokens = 0;
+  const int32_t* positions = nullptr;     // [num_tokens]
+  const int32_t* token_seq = nullptr;     // [num_tokens]
+  const int32_t* block_tables = nullptr;  // [num_seqs][max_blocks_per_seq]
+  int max_blocks_per_seq = 0;
+  int block_size = 16;
+  int n_head = 0;
+  int n_kv_head = 0;
+  int head_dim = 0;
+  float scale = 1.0f;                     // usually 1/sqrt(head_dim)
+  int window = 0;                         // sliding window in tokens; 0 = full causal attention
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // y[n][w.rows] = x[n][w.cols] . W^T
+  virtual void matmul(const WeightView& w, const float* x, int64_t n, float* y) = 0;
+  // out[i][:] = table row ids[i], dequantized to F32. table is [vocab][width].
+  virtual void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out) = 0;
+  // out[i] = x[i] / rms(x[i]) * weight, rows of `width`.
+  virtual void rms_norm(const float* x, const float* weight, int64_t n, int64_t width, float eps,
+                        float* out) = 0;
+  // Rotates each head of x[n][n_heads * head_dim] in place by its token's position.
+  virtual void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim,
+                    const RopeParams& params) = 0;
+  // out = silu(gate) * up, elementwise over count values.
+  virtual void silu_mul(const float* gate, const float* up, int64_t count, float* out) = 0;
+  // x += y, elementwise.
+  virtual void add(float* x, const float* y, int64_t count) = 0;
+  // Stores k[t], v[t] ([n][kv_width] each) at slot_mapping[t] of the layer's cache.
+  virtual void kv_write(const KvLayerView& cache, const float* k, const float* v,
+                        const int64_t* slot_mapping, int64_t n, int64_t kv_width) = 0;
+  // out[t][n_head * head_dim] = softmax(q k^T * scale) v over each token's visible positions.
+  virtual void paged_attention(const PagedAttentionArgs& args, const float* q,
+                               const KvLayerView& cache, float* out) = 0;
+};
+
+// The CPU backend with `num_threads` threads (the calling thread included).
+std::unique_ptr<Backend> make_cpu_backend(int num_threads);
+
+}  // namespace kestrel

@@ -1,0 +1,173 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "quant/format.h"
+
+namespace kestrel {
+
+std::unique_ptr<Backend> make_cpu_backend(int num_threads) {
+  return std::make_unique<CpuBackend>(num_threads);
+}
+
+CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {}
+
+void CpuBackend::matmul(const WeightView& w, const float* x, int64_t n, float* y) {
+  const quant::WeightFormat& format = quant::require_format(w.type);
+  const quant::WeightFormat& act_format = quant::require_format(format.activation_type);
+  if (w.cols % format.block_size != 0 || w.cols % act_format.block_size != 0) {
+    fail("matmul: row length {} is not a multiple of the {} block size", w.cols, dtype_name(w.type));
+  }
+  const int64_t weight_row_bytes = quant::row_bytes(format, w.cols);
+  const int64_t act_row_bytes = quant::row_bytes(act_format, w.cols);
+
+  // Convert every activation row once, not once per weight row.
+  const void* activations = x;
+  if (format.activation_type != DType::F32) {
+    activation_scratch_.resize(size_t(n * act_row_bytes));
+    pool_.parallel_for(n, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        act_format.quantize_row(x + t * w.cols, activation_scratch_.data() + t * act_row_bytes,
+                                w.cols);
+      }
+    });
+    activations = activation_scratch_.data();
+  }
+
+  const auto* weight_bytes = static_cast<const uint8_t*>(w.data);
+  const auto* act_bytes = static_cast<const uint8_t*>(activations);
+  // Each thread takes a range of weight rows and dots them with every token, so each weight row
+  // is read from memory once per call whatever the batch size.
+  pool_.parallel_for(
+      w.rows,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const uint8_t* weight_row = weight_bytes + r * weight_row_bytes;
+          for (int64_t t = 0; t < n; ++t) {
+            y[t * w.rows + r] = format.vec_dot(weight_row, act_bytes + t * act_row_bytes, w.cols);
+          }
+        }
+      },
+      16);
+}
+
+void CpuBackend::get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out) {
+  const quant::WeightFormat& format = quant::require_format(table.type);
+  const int64_t row_bytes = quant::row_bytes(format, table.cols);
+  const auto* bytes = static_cast<const uint8_t*>(table.data);
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= table.rows) {
+      fail("token id {} is outside the vocabulary (size {})", ids[i], table.rows);
+    }
+    format.dequantize_row(bytes + int64_t(ids[i]) * row_bytes, out + i * table.cols, table.cols);
+  }
+}
+
+void CpuBackend::rms_norm(const float* x, const float* weight, int64_t n, int64_t width, float eps,
+                          float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = x + i * width;
+    double sum_squares = 0.0;
+    for (int64_t j = 0; j < width; ++j) sum_squares += double(row[j]) * double(row[j]);
+    const float scale = float(1.0 / std::sqrt(sum_squares / double(width) + double(eps)));
+    float* dst = out + i * width;
+    for (int64_t j = 0; j < width; ++j) dst[j] = row[j] * scale * weight[j];
+  }
+}
+
+void CpuBackend::rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim,
+                      const RopeParams& params) {
+  const int half = params.n_rot / 2;
+  // theta_i = pos * base^(-2i / n_rot), optionally divided by a per-frequency factor.
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) {
+    float f = std::pow(params.freq_base, -2.0f * float(i) / float(params.n_rot));
+    if (params.freq_factors != nullptr) f /= params.freq_factors[i];
+    inv_freq[size_t(i)] = f;
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    const float position = float(positions[t]) * params.freq_scale;
+    for (int i = 0; i < half; ++i) {
+      const float theta = position * inv_freq[size_t(i)];
+      const float cos_theta = std::cos(theta);
+      const float sin_theta = std::sin(theta);
+      for (int h = 0; h < n_heads; ++h) {
+        float* head = x + (t * n_heads + h) * head_dim;
+        const int a = params.neox ? i : 2 * i;
+        const int b = params.neox ? i + half : 2 * i + 1;
+        const float x0 = head[a];
+        const float x1 = head[b];
+        head[a] = x0 * cos_theta - x1 * sin_theta;
+        head[b] = x0 * sin_theta + x1 * cos_theta;
+      }
+    }
+  }
+}
+
+void CpuBackend::silu_mul(const float* gate, const float* up, int64_t count, float* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void CpuBackend::add(float* x, const float* y, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) x[i] += y[i];
+}
+
+void CpuBackend::kv_write(const KvLayerView& cache, const float* k, const float* v,
+                          const int64_t* slot_mapping, int64_t n, int64_t kv_width) {
+  for (int64_t t = 0; t < n; ++t) {
+    if (slot_mapping[t] < 0) continue;  // a padding token with no slot
+    std::memcpy(cache.k + slot_mapping[t] * kv_width, k + t * kv_width, size_t(kv_width) * sizeof(float));
+    std::memcpy(cache.v + slot_mapping[t] * kv_width, v + t * kv_width, size_t(kv_width) * sizeof(float));
+  }
+}
+
+void CpuBackend::paged_attention(const PagedAttentionArgs& args, const float* q,
+                                 const KvLayerView& cache, float* out) {
+  const int group = args.n_head / args.n_kv_head;
+  const int64_t kv_width = int64_t(args.n_kv_head) * args.head_dim;
+  const int64_t q_width = int64_t(args.n_head) * args.head_dim;
+  // One work item per (token, head); each streams its sequence's K/V block by block with an
+  // online softmax, so no score matrix is ever materialised.
+  pool_.parallel_for(args.num_tokens * args.n_head, [&](int64_t begin, int64_t end) {
+    std::vector<float> acc(static_cast<size_t>(args.head_dim));
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / args.n_head;
+      const int h = int(item % args.n_head);
+      const int kv_head = h / group;
+      const float* qh = q + t * q_width + int64_t(h) * args.head_dim;
+      const int32_t* block_table =
+          args.block_tables + int64_t(args.token_seq[t]) * args.max_blocks_per_seq;
+      const int32_t last = args.positions[t];
+      const int32_t first = args.window > 0 ? std::max(0, last - args.window + 1) : 0;
+      float running_max = -INFINITY;
+      float running_sum = 0.0f;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int32_t p = first; p <= last; ++p) {
+        const int64_t slot = int64_t(block_table[p / args.block_size]) * args.block_size +
+                             p % args.block_size;
+        const float* k = cache.k + slot * kv_width + int64_t(kv_head) * args.head_dim;
+        const float* v = cache.v + slot * kv_width + int64_t(kv_head) * args.head_dim;
+        float score = 0.0f;
+        for (int d = 0; d < args.head_dim; ++d) score += qh[d] * k[d];
+        score *= args.scale;
+        const float new_max = std::max(running_max, score);
+        const float correction = std::exp(running_max - new_max);
+        const float weight = std::exp(score - new_max);
+        running_sum = running_sum * correction + weight;
+        for (int d = 0; d < args.head_dim; ++d) acc[size_t(d)] = acc[size_t(d)] * correction + weight * v[d];
+        running_max = new_max;
+      }
+      float* dst = out + t * q_width + int64_t(h) * args.head_dim;
+      const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
+      for (int d = 0; d < args.head_dim; ++d) dst[d] = acc[size_t(d)] * inv;
+    }
+  });
+}
+
+}  // namespace kestrel

@@ -1,0 +1,126 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace kestrel {
+namespace {
+
+SchedulerConfig make_scheduler_config(const Model& model, const EngineConfig& config) {
+  SchedulerConfig s;
+  s.max_model_len = config.max_model_len > 0 ? config.max_model_len : model.config().n_ctx_train;
+  s.max_num_seqs = config.max_num_seqs;
+  s.max_num_batched_tokens = config.max_num_batched_tokens;
+  s.policy = config.policy;
+  return s;
+}
+
+RunnerConfig make_runner_config(const Model& model, const EngineConfig& config) {
+  RunnerConfig r;
+  r.num_threads = config.num_threads;
+  r.block_size = config.block_size;
+  r.num_blocks = resolve_num_kv_blocks(model.config(), config);
+  return r;
+}
+
+}  // namespace
+
+int64_t resolve_num_kv_blocks(const ModelConfig& model, const EngineConfig& config) {
+  if (config.num_kv_blocks > 0) return config.num_kv_blocks;
+  const int64_t block_bytes = model.kv_bytes_per_token() * config.block_size;
+  const int64_t blocks = config.kv_memory_bytes / block_bytes;
+  if (blocks < 1) {
+    fail("a KV budget of {} bytes holds no block of {} tokens ({} bytes each)",
+         config.kv_memory_bytes, config.block_size, block_bytes);
+  }
+  return blocks;
+}
+
+LLMEngine::LLMEngine(const Model& model, const EngineConfig& config, TokenId eos_token)
+    : model_(model),
+      eos_token_(eos_token),
+      runner_config_(make_runner_config(model, config)),
+      kv_(int32_t(runner_config_.num_blocks), config.block_size),
+      runner_(model, runner_config_),
+      scheduler_(make_scheduler_config(model, config), kv_) {}
+
+RequestId LLMEngine::add_request(RequestSpec spec) {
+  for (TokenId t : spec.prompt) {
+    if (t < 0 || t >= model_.config().n_vocab) {
+      fail("request rejected: token id {} is outside the vocabulary (size {})", t,
+           model_.config().n_vocab);
+    }
+  }
+  auto request = std::make_unique<Request>();
+  request->id = next_id_++;
+  request->num_prompt_tokens = int64_t(spec.prompt.size());
+  request->tokens = std::move(spec.prompt);
+  request->max_tokens = spec.max_tokens;
+  request->priority = spec.priority;
+  request->eos_token = eos_token_;
+  request->ignore_eos = spec.ignore_eos;
+  const RequestId id = request->id;
+  scheduler_.add_request(std::move(request));
+  samplers_.emplace(id, Sampler(spec.sampling));
+  return id;
+}
+
+void LLMEngine::abort_request(RequestId id) {
+  scheduler_.finish_request(id, FinishReason::Abort);
+  samplers_.erase(id);
+  scheduler_.take_finished();
+}
+
+std::vector<RequestOutput> LLMEngine::step() {
+  std::vector<RequestOutput> outputs;
+  const SchedulerOutput plan = scheduler_.schedule();
+  last_step_ = {plan.num_scheduled_tokens, int64_t(plan.scheduled.size()),
+                int64_t(plan.preempted.size())};
+  if (plan.empty()) return outputs;
+
+  std::vector<SequenceChunk> chunks;
+  chunks.reserve(plan.scheduled.size());
+  for (const ScheduledRequest& s : plan.scheduled) {
+    SequenceChunk chunk;
+    chunk.tokens = std::span<const TokenId>(s.request->tokens)
+                       .subspan(size_t(s.num_computed_tokens), size_t(s.num_scheduled_tokens));
+    chunk.start_position = s.num_computed_tokens;
+    chunk.block_table = kv_.block_table(s.request->id);
+    chunk.logits_from = s.sample ? s.num_scheduled_tokens - 1 : -1;
+    chunks.push_back(chunk);
+  }
+  const std::span<float> logits = runner_.execute(chunks);
+
+  const int64_t n_vocab = model_.config().n_vocab;
+  std::vector<TokenId> sampled;
+  std::vector<SampleResult> results;
+  size_t row = 0;
+  for (const ScheduledRequest& s : plan.scheduled) {
+    if (!s.sample) continue;
+    Sampler& sampler = samplers_.at(s.request->id);
+    SampleResult r = sampler.sample(logits.subspan(row * size_t(n_vocab), size_t(n_vocab)),
+                                    s.request->tokens);
+    sampled.push_back(r.token);
+    results.push_back(std::move(r));
+    ++row;
+  }
+  scheduler_.update_from_output(plan, sampled);
+
+  size_t next = 0;
+  for (const ScheduledRequest& s : plan.scheduled) {
+    if (!s.sample) continue;
+    RequestOutput out;
+    out.id = s.request->id;
+    out.new_tokens.push_back(std::move(results[next++]));
+    out.num_prompt_tokens = s.request->num_prompt_tokens;
+    out.num_output_tokens = s.request->num_output_tokens();
+    out.finished = s.request->finished();
+    out.finish_reason = s.request->finish_reason;
+    outputs.push_back(std::move(out));
+  }
+  for (const auto& request : scheduler_.take_finished()) samplers_.erase(request->id);
+  return outputs;
+}
+
+}  // namespace kestrel

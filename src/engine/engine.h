@@ -1,0 +1,86 @@
+// LLMEngine: the step loop schedule -> run -> sample -> update over one model. Single-threaded;
+// callers drive step() (the CLI) or run it on an engine thread (the server).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+#include "model/model.h"
+#include "runner/model_runner.h"
+#include "sample/sampler.h"
+#include "sched/scheduler.h"
+
+namespace kestrel {
+
+struct EngineConfig {
+  int num_threads = 2;
+  int block_size = 16;
+  int64_t num_kv_blocks = 0;                 // 0: as many as kv_memory_bytes holds
+  int64_t kv_memory_bytes = int64_t(256) << 20;
+  int64_t max_model_len = 0;                 // 0: the model's training context
+  int max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 2048;
+  SchedulingPolicy policy = SchedulingPolicy::Continuous;
+};
+
+struct RequestSpec {
+  std::vector<TokenId> prompt;
+  SamplingParams sampling;
+  int64_t max_tokens = 16;
+  int priority = 0;
+  bool ignore_eos = false;
+};
+
+// What one step produced for one request.
+struct RequestOutput {
+  RequestId id = 0;
+  std::vector<SampleResult> new_tokens;  // 0 or 1 per step (0 while a prompt is being prefilled)
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::None;
+  int64_t num_prompt_tokens = 0;
+  int64_t num_output_tokens = 0;
+};
+
+struct StepStats {
+  int64_t num_scheduled_tokens = 0;
+  int64_t num_sequences = 0;
+  int64_t num_preempted = 0;
+};
+
+class LLMEngine {
+ public:
+  LLMEngine(const Model& model, const EngineConfig& config, TokenId eos_token);
+
+  // Queues a request; throws kestrel::Error if it can never fit (prompt longer than the context,
+  // more KV blocks than the pool).
+  RequestId add_request(RequestSpec spec);
+  // Finishes a request (also mid-prefill); its blocks are freed at once.
+  void abort_request(RequestId id);
+  std::vector<RequestOutput> step();
+  bool has_unfinished() const { return scheduler_.has_unfinished(); }
+
+  const Scheduler& scheduler() const { return scheduler_; }
+  const KVCacheManager& kv() const { return kv_; }
+  const ModelRunner& runner() const { return runner_; }
+  int64_t max_model_len() const { return scheduler_.config().max_model_len; }
+  const StepStats& last_step() const { return last_step_; }
+
+ private:
+  const Model& model_;
+  TokenId eos_token_;
+  RunnerConfig runner_config_;
+  KVCacheManager kv_;
+  ModelRunner runner_;
+  Scheduler scheduler_;
+  std::unordered_map<RequestId, Sampler> samplers_;
+  RequestId next_id_ = 1;
+  StepStats last_step_;
+};
+
+// Number of KV blocks the config asks for, given the model's per-token K/V size.
+int64_t resolve_num_kv_blocks(const ModelConfig& model, const EngineConfig& config);
+
+}  // namespace kestrel

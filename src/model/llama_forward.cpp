@@ -1,0 +1,89 @@
+// The Llama-family forward pass over a flattened batch (all sequences' tokens in one [T, width]
+// activation matrix): embedding, then per layer RMSNorm -> Q/K/V -> RoPE -> paged attention ->
+// output projection + residual, RMSNorm -> SwiGLU MLP + residual; final RMSNorm and the output
+// head only for the rows that need logits.
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "model/model.h"
+
+namespace kestrel {
+
+void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheView& kv,
+                    ForwardScratch& s, float* logits) const {
+  const ModelConfig& c = config_;
+  const int64_t T = batch.num_tokens();
+  if (T == 0) return;
+  if (int64_t(kv.layers.size()) != c.n_layer) fail("internal: KV cache has the wrong layer count");
+
+  s.hidden.resize(size_t(T * c.n_embd));
+  s.normed.resize(size_t(T * c.n_embd));
+  s.q.resize(size_t(T * c.q_width()));
+  s.k.resize(size_t(T * c.kv_width()));
+  s.v.resize(size_t(T * c.kv_width()));
+  s.attn.resize(size_t(T * c.q_width()));
+  s.proj.resize(size_t(T * c.n_embd));
+  s.gate.resize(size_t(T * c.n_ff));
+  s.up.resize(size_t(T * c.n_ff));
+
+  backend.get_rows(weights_.token_embd, batch.token_ids.data(), T, s.hidden.data());
+
+  RopeParams rope;
+  rope.n_rot = c.n_rot;
+  rope.freq_base = c.rope_freq_base;
+  rope.freq_scale = c.rope_freq_scale;
+  rope.neox = c.rope_neox;
+  rope.freq_factors = weights_.rope_freq_factors;
+
+  PagedAttentionArgs attn;
+  attn.num_tokens = T;
+  attn.positions = batch.positions.data();
+  attn.token_seq = batch.token_seq.data();
+  attn.block_tables = batch.block_tables.data();
+  attn.max_blocks_per_seq = batch.max_blocks_per_seq;
+  attn.block_size = kv.block_size;
+  attn.n_head = int(c.n_head);
+  attn.n_kv_head = int(c.n_head_kv);
+  attn.head_dim = int(c.head_dim);
+  attn.scale = 1.0f / std::sqrt(float(c.head_dim));
+
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const LayerWeights& l = weights_.layers[size_t(il)];
+    // Attention block.
+    backend.rms_norm(s.hidden.data(), l.attn_norm, T, c.n_embd, c.rms_eps, s.normed.data());
+    backend.matmul(l.wq, s.normed.data(), T, s.q.data());
+    backend.matmul(l.wk, s.normed.data(), T, s.k.data());
+    backend.matmul(l.wv, s.normed.data(), T, s.v.data());
+    backend.rope(s.q.data(), batch.positions.data(), T, int(c.n_head), int(c.head_dim), rope);
+    backend.rope(s.k.data(), batch.positions.data(), T, int(c.n_head_kv), int(c.head_dim), rope);
+    backend.kv_write(kv.layers[size_t(il)], s.k.data(), s.v.data(), batch.slot_mapping.data(), T,
+                     c.kv_width());
+    backend.paged_attention(attn, s.q.data(), kv.layers[size_t(il)], s.attn.data());
+    backend.matmul(l.wo, s.attn.data(), T, s.proj.data());
+    backend.add(s.hidden.data(), s.proj.data(), T * c.n_embd);
+    // MLP block: down(silu(gate(x)) * up(x)).
+    backend.rms_norm(s.hidden.data(), l.ffn_norm, T, c.n_embd, c.rms_eps, s.normed.data());
+    backend.matmul(l.w_gate, s.normed.data(), T, s.gate.data());
+    backend.matmul(l.w_up, s.normed.data(), T, s.up.data());
+    backend.silu_mul(s.gate.data(), s.up.data(), T * c.n_ff, s.gate.data());
+    backend.matmul(l.w_down, s.gate.data(), T, s.proj.data());
+    backend.add(s.hidden.data(), s.proj.data(), T * c.n_embd);
+  }
+
+  // Only the requested rows go through the final norm and the (large) output head.
+  const int64_t n_out = int64_t(batch.logits_indices.size());
+  if (n_out == 0) return;
+  s.logits_in.resize(size_t(n_out * c.n_embd));
+  for (int64_t i = 0; i < n_out; ++i) {
+    const int32_t row = batch.logits_indices[size_t(i)];
+    if (row < 0 || row >= T) fail("internal: logits index {} outside batch of {}", row, T);
+    std::copy_n(s.hidden.data() + int64_t(row) * c.n_embd, c.n_embd,
+                s.logits_in.data() + i * c.n_embd);
+  }
+  backend.rms_norm(s.logits_in.data(), weights_.output_norm, n_out, c.n_embd, c.rms_eps,
+                   s.logits_in.data());
+  backend.matmul(weights_.output, s.logits_in.data(), n_out, logits);
+}
+
+}  // namespace kestrel

@@ -1,0 +1,127 @@
+#include "model/model.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/progress.h"
+#include "quant/format.h"
+
+namespace kestrel {
+namespace {
+
+// Touches every page of the tensor data so the first forward pass does not stall on page faults,
+// and so the user sees load progress for large files.
+void prefault_tensors(const gguf::GgufFile& file) {
+  uint64_t total = 0;
+  for (const auto& t : file.tensors()) total += t.num_bytes;
+  ProgressBar progress("loading", int64_t(total >> 20) + 1);
+  uint64_t done = 0;
+  volatile uint8_t sink = 0;
+  for (const auto& t : file.tensors()) {
+    for (uint64_t offset = 0; offset < t.num_bytes; offset += 4096) sink = sink + t.data[offset];
+    done += t.num_bytes;
+    progress.update(int64_t(done >> 20));
+  }
+  progress.finish();
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+  std::unique_ptr<Model> model(new Model());
+  model->file_ = gguf::GgufFile::open(path);
+  const std::string arch = model->file_->require_string("general.architecture");
+  if (arch != "llama") {
+    fail("{}: unknown architecture '{}' (supported: llama)", path, arch);
+  }
+  model->config_ = read_llama_config(*model->file_);
+  model->load_llama_weights();
+  prefault_tensors(*model->file_);
+  return model;
+}
+
+const float* Model::vector_tensor(const std::string& name, int64_t length) {
+  const gguf::TensorInfo* t = file_->find_tensor(name);
+  if (t == nullptr) fail("{}: missing tensor '{}'", file_->name(), name);
+  if (t->dims.size() != 1 || t->dims[0] != length) {
+    fail("{}: tensor '{}' should have shape [{}] but has {} dims (first {})", file_->name(), name,
+         length, t->dims.size(), t->dims[0]);
+  }
+  if (t->type == DType::F32) return reinterpret_cast<const float*>(t->data);
+  const quant::WeightFormat* format = quant::find_format(t->type);
+  if (format == nullptr) {
+    fail("{}: tensor '{}' has type {}, which Kestrel cannot read", file_->name(), name,
+         dtype_name(t->type));
+  }
+  std::vector<float>& owned = owned_vectors_.emplace_back(size_t(length));
+  format->dequantize_row(t->data, owned.data(), length);
+  return owned.data();
+}
+
+WeightView Model::matrix_tensor(const std::string& name, int64_t rows, int64_t cols) {
+  const gguf::TensorInfo* t = file_->find_tensor(name);
+  if (t == nullptr) fail("{}: missing tensor '{}'", file_->name(), name);
+  if (t->dims.size() != 2 || t->dims[0] != cols || t->dims[1] != rows) {
+    std::string shape;
+    for (int64_t d : t->dims) shape += fmt::format("{}{}", shape.empty() ? "" : ", ", d);
+    fail("{}: tensor '{}' should have shape [{}, {}] (GGUF order) but has [{}]", file_->name(),
+         name, cols, rows, shape);
+  }
+  if (quant::find_format(t->type) == nullptr) {
+    fail("{}: tensor '{}' has type {}, which Kestrel cannot compute with yet", file_->name(), name,
+         dtype_name(t->type));
+  }
+  return WeightView{t->type, rows, cols, t->data};
+}
+
+void Model::load_llama_weights() {
+  ModelConfig& c = config_;
+  const gguf::TensorInfo* embd = file_->find_tensor("token_embd.weight");
+  if (embd == nullptr) fail("{}: missing tensor 'token_embd.weight'", file_->name());
+  if (embd->dims.size() != 2) fail("{}: tensor 'token_embd.weight' must be 2-D", file_->name());
+  c.n_vocab = embd->dims[1];
+  if (const gguf::Array* tokens = file_->get_array("tokenizer.ggml.tokens");
+      tokens != nullptr && int64_t(tokens->items.size()) != c.n_vocab) {
+    fail("{}: the vocabulary has {} tokens but token_embd.weight has {} rows", file_->name(),
+         tokens->items.size(), c.n_vocab);
+  }
+  weights_.token_embd = matrix_tensor("token_embd.weight", c.n_vocab, c.n_embd);
+  weights_.output_norm = vector_tensor("output_norm.weight", c.n_embd);
+  if (file_->find_tensor("output.weight") != nullptr) {
+    weights_.output = matrix_tensor("output.weight", c.n_vocab, c.n_embd);
+  } else {
+    weights_.output = weights_.token_embd;
+    weights_.tied_output = true;
+  }
+  if (file_->find_tensor("rope_freqs.weight") != nullptr) {
+    weights_.rope_freq_factors = vector_tensor("rope_freqs.weight", c.n_rot / 2);
+  }
+  weights_.layers.resize(size_t(c.n_layer));
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string p = fmt::format("blk.{}.", i);
+    LayerWeights& l = weights_.layers[size_t(i)];
+    l.attn_norm = vector_tensor(p + "attn_norm.weight", c.n_embd);
+    l.wq = matrix_tensor(p + "attn_q.weight", c.q_width(), c.n_embd);
+    l.wk = matrix_tensor(p + "attn_k.weight", c.kv_width(), c.n_embd);
+    l.wv = matrix_tensor(p + "attn_v.weight", c.kv_width(), c.n_embd);
+    l.wo = matrix_tensor(p + "attn_output.weight", c.n_embd, c.q_width());
+    l.ffn_norm = vector_tensor(p + "ffn_norm.weight", c.n_embd);
+    l.w_gate = matrix_tensor(p + "ffn_gate.weight", c.n_ff, c.n_embd);
+    l.w_up = matrix_tensor(p + "ffn_up.weight", c.n_ff, c.n_embd);
+    l.w_down = matrix_tensor(p + "ffn_down.weight", c.n_embd, c.n_ff);
+  }
+}
+
+int64_t Model::parameter_count() const {
+  int64_t count = 0;
+  for (const auto& t : file_->tensors()) count += t.num_elements;
+  return count;
+}
+
+int64_t Model::weight_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& t : file_->tensors()) bytes += int64_t(t.num_bytes);
+  return bytes;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,65 @@
+// A loaded model: its GGUF file (memory-mapped), hyper-parameters, weight views and forward pass.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "loader/gguf_reader.h"
+#include "model/forward_batch.h"
+#include "model/model_config.h"
+
+namespace kestrel {
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;  // [n_embd]
+  WeightView wq;                     // [n_head * head_dim][n_embd]
+  WeightView wk;                     // [n_head_kv * head_dim][n_embd]
+  WeightView wv;                     // [n_head_kv * head_dim][n_embd]
+  WeightView wo;                     // [n_embd][n_head * head_dim]
+  const float* ffn_norm = nullptr;   // [n_embd]
+  WeightView w_gate;                 // [n_ff][n_embd]
+  WeightView w_up;                   // [n_ff][n_embd]
+  WeightView w_down;                 // [n_embd][n_ff]
+};
+
+struct ModelWeights {
+  WeightView token_embd;              // [n_vocab][n_embd]
+  const float* output_norm = nullptr; // [n_embd]
+  WeightView output;                  // [n_vocab][n_embd]; the embedding when tied
+  bool tied_output = false;
+  const float* rope_freq_factors = nullptr;  // [n_rot / 2] or null
+  std::vector<LayerWeights> layers;
+};
+
+class Model {
+ public:
+  // Loads a GGUF model; an unknown architecture or a missing/mis-shaped tensor is a
+  // kestrel::Error naming the file and tensor. Shows a progress bar on a terminal.
+  static std::unique_ptr<Model> load(const std::string& path);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  const gguf::GgufFile& file() const { return *file_; }
+  int64_t parameter_count() const;
+  int64_t weight_bytes() const;
+
+  // Runs the batch; writes logits [batch.logits_indices.size()][n_vocab].
+  void forward(Backend& backend, const ForwardBatch& batch, const KvCacheView& kv,
+               ForwardScratch& scratch, float* logits) const;
+
+ private:
+  Model() = default;
+  void load_llama_weights();
+  const float* vector_tensor(const std::string& name, int64_t length);
+  WeightView matrix_tensor(const std::string& name, int64_t rows, int64_t cols);
+
+  std::unique_ptr<gguf::GgufFile> file_;
+  ModelConfig config_;
+  ModelWeights weights_;
+  std::vector<std::vector<float>> owned_vectors_;  // 1-D tensors converted to F32
+};
+
+}  // namespace kestrel

@@ -1,0 +1,38 @@
+// A weight format is a block layout plus kernels. This table gives, for each format Kestrel can
+// compute with, the scalar reference kernels: quantize a row of floats, dequantize a row, and dot
+// a weight row with an activation row that was first converted to the format's activation type
+// (as GGML does: F16 weights meet F16 activations, integer formats meet Q8_0 activations, so the
+// inner loop can use integer dot products). Fast kernels are checked against these.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace kestrel::quant {
+
+using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
+using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
+// Dot product of n elements: weight row (format's layout) . activation row (activation type).
+using VecDotFn = float (*)(const void* weight_row, const void* activation_row, int64_t n);
+
+struct WeightFormat {
+  DType type;
+  int64_t block_size;
+  int64_t block_bytes;
+  QuantizeRowFn quantize_row;
+  DequantizeRowFn dequantize_row;
+  DType activation_type;
+  VecDotFn vec_dot;
+};
+
+// The format for `type`, or nullptr if Kestrel has no kernels for it.
+const WeightFormat* find_format(DType type);
+// Like find_format but throws a kestrel::Error naming the type.
+const WeightFormat& require_format(DType type);
+
+inline int64_t row_bytes(const WeightFormat& format, int64_t n) {
+  return n / format.block_size * format.block_bytes;
+}
+
+}  // namespace kestrel::quant

@@ -1,0 +1,63 @@
+// ModelRunner: owns the backend, the paged K/V memory and the activation scratch, and turns a
+// list of sequence chunks (one per scheduled request) into one flattened forward batch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kv/block_pool.h"
+#include "model/forward_batch.h"
+#include "model/model.h"
+
+namespace kestrel {
+
+using TokenId = int32_t;
+
+// Tokens [start_position, start_position + tokens.size()) of one sequence, computed this step.
+struct SequenceChunk {
+  std::span<const TokenId> tokens;
+  int64_t start_position = 0;
+  std::span<const BlockId> block_table;  // must cover every position up to the chunk's end
+  // Logits are produced for chunk tokens with index >= logits_from; -1 for none. A decode or the
+  // last chunk of a prompt asks for its last token only (logits_from = tokens.size() - 1).
+  int64_t logits_from = -1;
+};
+
+// Flattens chunks into a ForwardBatch (positions, slot mapping, block tables, logits rows).
+ForwardBatch build_forward_batch(std::span<const SequenceChunk> chunks, int block_size);
+
+struct RunnerConfig {
+  int num_threads = 2;
+  int block_size = 16;
+  int64_t num_blocks = 0;
+};
+
+class ModelRunner {
+ public:
+  // Allocates num_blocks * block_size K/V slots per layer; a clear error if memory runs out.
+  ModelRunner(const Model& model, const RunnerConfig& config);
+
+  // Runs the chunks as one batch. Returns logits [rows][n_vocab], rows in chunk order and, within
+  // a chunk, token order. Valid until the next call.
+  std::span<float> execute(std::span<const SequenceChunk> chunks);
+  std::span<float> execute(const ForwardBatch& batch);
+
+  const Model& model() const { return model_; }
+  int block_size() const { return config_.block_size; }
+  int64_t num_blocks() const { return config_.num_blocks; }
+  int64_t kv_bytes() const;
+
+ private:
+  const Model& model_;
+  RunnerConfig config_;
+  std::unique_ptr<Backend> backend_;
+  std::vector<std::unique_ptr<float[]>> kv_memory_;  // K and V of each layer
+  KvCacheView kv_view_;
+  ForwardScratch scratch_;
+  std::vector<float> logits_;
+};
+
+}  // namespace kestrel

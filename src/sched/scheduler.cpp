@@ -1,0 +1,187 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace kestrel {
+namespace {
+
+bool runs_before(const Request* a, const Request* b) {
+  return a->priority != b->priority ? a->priority < b->priority : a->arrival_order < b->arrival_order;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config, KVCacheManager& kv) : config_(config), kv_(kv) {
+  if (config.max_num_batched_tokens <= 0 || config.max_num_seqs <= 0 || config.max_model_len <= 1) {
+    fail("scheduler limits must be positive (max_num_batched_tokens {}, max_num_seqs {}, "
+         "max_model_len {})",
+         config.max_num_batched_tokens, config.max_num_seqs, config.max_model_len);
+  }
+}
+
+std::string Scheduler::check_capacity(int64_t num_prompt_tokens, int64_t max_tokens) const {
+  if (num_prompt_tokens <= 0) return "the prompt is empty";
+  if (num_prompt_tokens >= config_.max_model_len) {
+    return fmt::format("the prompt has {} tokens, but the context holds {} tokens (prompt plus at "
+                       "least one generated token)",
+                       num_prompt_tokens, config_.max_model_len);
+  }
+  if (max_tokens < 1) return fmt::format("max_tokens must be at least 1, got {}", max_tokens);
+  if (num_prompt_tokens + max_tokens > config_.max_model_len) {
+    return fmt::format("the prompt ({} tokens) plus max_tokens ({}) is more than the context length "
+                       "{}",
+                       num_prompt_tokens, max_tokens, config_.max_model_len);
+  }
+  // The last generated token is never fed back, so the cache needs prompt + max_tokens - 1 slots.
+  const int64_t blocks = kv_.blocks_for_tokens(num_prompt_tokens + max_tokens - 1);
+  if (blocks > kv_.num_blocks()) {
+    return fmt::format("the request needs {} KV blocks but the whole cache has {}", blocks,
+                       kv_.num_blocks());
+  }
+  return "";
+}
+
+void Scheduler::add_request(std::unique_ptr<Request> request) {
+  const std::string problem = check_capacity(request->num_prompt_tokens, request->max_tokens);
+  if (!problem.empty()) fail("request rejected: {}", problem);
+  if (request->num_prompt_tokens != request->num_tokens()) {
+    fail("internal: a new request must hold only its prompt");
+  }
+  if (requests_.count(request->id) != 0) fail("internal: duplicate request id {}", request->id);
+  request->arrival_order = next_arrival_++;
+  request->status = RequestStatus::Waiting;
+  Request* raw = request.get();
+  requests_.emplace(raw->id, std::move(request));
+  enqueue_waiting(raw);
+}
+
+void Scheduler::enqueue_waiting(Request* request) {
+  const auto pos = std::upper_bound(waiting_.begin(), waiting_.end(), request, runs_before);
+  waiting_.insert(pos, request);
+}
+
+Request* Scheduler::pick_preemption_victim() const {
+  // The request that would run last: lowest priority, newest arrival.
+  return *std::max_element(running_.begin(), running_.end(), runs_before);
+}
+
+void Scheduler::preempt(Request* request, SchedulerOutput& output) {
+  running_.erase(std::find(running_.begin(), running_.end(), request));
+  kv_.free(request->id);
+  request->num_computed_tokens = 0;
+  request->status = RequestStatus::Preempted;
+  ++request->num_preemptions;
+  ++num_preemptions_;
+  output.preempted.push_back(request->id);
+  enqueue_waiting(request);
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput output;
+  int64_t budget = config_.max_num_batched_tokens;
+
+  // 1. Running requests: the next chunk of an unfinished prefill, or one decode token.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Request* request = running_[i];
+    const int64_t num_new = std::min(request->num_tokens() - request->num_computed_tokens, budget);
+    bool scheduled = true;
+    while (!kv_.allocate_slots(request->id, request->num_computed_tokens + num_new)) {
+      Request* victim = pick_preemption_victim();
+      // A victim already scheduled this step must be unscheduled before its blocks are freed.
+      auto it = std::find_if(output.scheduled.begin(), output.scheduled.end(),
+                             [&](const ScheduledRequest& s) { return s.request == victim; });
+      if (it != output.scheduled.end()) {
+        budget += it->num_scheduled_tokens;
+        output.num_scheduled_tokens -= it->num_scheduled_tokens;
+        output.scheduled.erase(it);
+        --i;  // the victim sat before index i in running_
+      }
+      preempt(victim, output);
+      if (victim == request) {
+        scheduled = false;
+        break;
+      }
+    }
+    if (!scheduled) continue;  // running_[i] is now the next request
+    output.scheduled.push_back({request, request->num_computed_tokens, num_new,
+                                request->num_computed_tokens + num_new == request->num_tokens()});
+    output.num_scheduled_tokens += num_new;
+    budget -= num_new;
+    ++i;
+  }
+
+  // 2. Waiting requests, unless this step had to preempt (then memory is short: let running
+  //    requests drain first). The static policy admits only into an empty batch.
+  const bool may_admit = output.preempted.empty() &&
+                         (config_.policy == SchedulingPolicy::Continuous || running_.empty());
+  while (may_admit && !waiting_.empty() && budget > 0 &&
+         int(running_.size()) < config_.max_num_seqs) {
+    Request* request = waiting_.front();
+    const int64_t num_new = std::min(request->num_tokens() - request->num_computed_tokens, budget);
+    if (!kv_.allocate_slots(request->id, request->num_computed_tokens + num_new)) break;
+    waiting_.pop_front();
+    request->status = RequestStatus::Running;
+    running_.push_back(request);
+    output.scheduled.push_back({request, request->num_computed_tokens, num_new,
+                                request->num_computed_tokens + num_new == request->num_tokens()});
+    output.num_scheduled_tokens += num_new;
+    budget -= num_new;
+  }
+  return output;
+}
+
+void Scheduler::update_from_output(const SchedulerOutput& output, std::span<const TokenId> sampled) {
+  size_t next_sample = 0;
+  for (const ScheduledRequest& s : output.scheduled) {
+    Request* request = s.request;
+    if (request->finished()) continue;  // finished by the engine in the meantime
+    request->num_computed_tokens = s.num_computed_tokens + s.num_scheduled_tokens;
+    if (!s.sample) continue;
+    if (next_sample >= sampled.size()) fail("internal: fewer sampled tokens than scheduled samples");
+    const TokenId token = sampled[next_sample++];
+    request->tokens.push_back(token);
+    if (!request->ignore_eos && token == request->eos_token) {
+      retire(request, FinishReason::Stop);
+    } else if (request->num_output_tokens() >= request->max_tokens ||
+               request->num_tokens() >= config_.max_model_len) {
+      retire(request, FinishReason::Length);
+    }
+  }
+}
+
+void Scheduler::retire(Request* request, FinishReason reason) {
+  if (request->status == RequestStatus::Running) {
+    running_.erase(std::find(running_.begin(), running_.end(), request));
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), request));
+  }
+  kv_.free(request->id);
+  request->status = RequestStatus::Finished;
+  request->finish_reason = reason;
+  auto it = requests_.find(request->id);
+  finished_.push_back(std::move(it->second));
+  requests_.erase(it);
+}
+
+void Scheduler::finish_request(RequestId id, FinishReason reason) {
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  retire(it->second.get(), reason);
+}
+
+std::vector<std::unique_ptr<Request>> Scheduler::take_finished() {
+  std::vector<std::unique_ptr<Request>> out;
+  out.swap(finished_);
+  return out;
+}
+
+const Request* Scheduler::find(RequestId id) const {
+  const auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+}  // namespace kestrel

@@ -1,0 +1,96 @@
+// Token-budget scheduler in the style of vLLM v1. Each step hands tokens out of one budget
+// (max_num_batched_tokens): first to running requests (a decode takes 1 token, an unfinished
+// prefill takes the next chunk), then to waiting ones in (priority, arrival) order. A prompt longer
+// than the remaining budget is prefilled in chunks over several steps (chunked prefill). When the
+// KV pool runs dry, the lowest-priority, newest running request is preempted: its blocks are freed
+// and it is recomputed later from its tokens.
+//
+// "Does it fit at all" (capacity, checked once at admission) is kept apart from "which tokens run
+// this step" (schedule()).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+#include "sched/request.h"
+
+namespace kestrel {
+
+enum class SchedulingPolicy {
+  Continuous,  // admit and retire requests every step
+  Static,      // admit a full batch only when nothing is running; run it to completion
+};
+
+struct SchedulerConfig {
+  int64_t max_num_batched_tokens = 2048;
+  int max_num_seqs = 64;
+  int64_t max_model_len = 2048;
+  SchedulingPolicy policy = SchedulingPolicy::Continuous;
+};
+
+struct ScheduledRequest {
+  Request* request = nullptr;
+  int64_t num_computed_tokens = 0;   // position of the first scheduled token
+  int64_t num_scheduled_tokens = 0;
+  bool sample = false;               // reaches the last known token: a new token is sampled
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledRequest> scheduled;
+  int64_t num_scheduled_tokens = 0;
+  std::vector<RequestId> preempted;
+  bool empty() const { return scheduled.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, KVCacheManager& kv);
+
+  // Why a request can never run, or "" if it can: prompt empty or not shorter than the context,
+  // prompt + max_tokens longer than the context, or more blocks than the whole pool.
+  std::string check_capacity(int64_t num_prompt_tokens, int64_t max_tokens) const;
+  // Queues a request; throws kestrel::Error with check_capacity's reason if it can never run.
+  void add_request(std::unique_ptr<Request> request);
+
+  SchedulerOutput schedule();
+  // Applies a step's results: num_computed_tokens advance; `sampled` holds one token per
+  // scheduled entry with sample == true, in order. Requests that hit EOS, max_tokens or the
+  // context limit finish.
+  void update_from_output(const SchedulerOutput& output, std::span<const TokenId> sampled);
+  // Finishes a request now (stop string, abort, error): it leaves the queues and its blocks are
+  // freed. Unknown or already finished ids are ignored.
+  void finish_request(RequestId id, FinishReason reason);
+  // Finished requests since the last call, removed from the scheduler.
+  std::vector<std::unique_ptr<Request>> take_finished();
+
+  const Request* find(RequestId id) const;
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  int64_t num_preemptions() const { return num_preemptions_; }
+  const SchedulerConfig& config() const { return config_; }
+  const KVCacheManager& kv() const { return kv_; }
+
+ private:
+  void enqueue_waiting(Request* request);
+  Request* pick_preemption_victim() const;
+  void preempt(Request* request, SchedulerOutput& output);
+  void retire(Request* request, FinishReason reason);
+
+  SchedulerConfig config_;
+  KVCacheManager& kv_;
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  std::deque<Request*> waiting_;   // sorted by (priority, arrival_order)
+  std::vector<Request*> running_;  // in admission order
+  std::vector<std::unique_ptr<Request>> finished_;
+  uint64_t next_arrival_ = 0;
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace kestrel

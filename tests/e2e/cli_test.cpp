@@ -1,0 +1,121 @@
+// The `kestrel` binary as a user runs it: output streams, the timing line, exit codes and errors.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "test_paths.h"
+
+namespace kestrel {
+namespace {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs `kestrel ARGS`, capturing stdout and stderr (stderr through a temp file).
+CommandResult run_kestrel(const std::string& args) {
+  const std::string err_path = test::scratch_dir("cli_stderr") + "/stderr.txt";
+  const std::string command =
+      std::string(KESTREL_BINARY_DIR) + "/tools/kestrel " + args + " 2>" + err_path;
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer{};
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.err = test::read_file(err_path);
+  return result;
+}
+
+const std::string kStories = test::shared_model_path("stories260K.gguf");
+
+TEST(Cli, RunGreedyFromEmptyPromptPrintsDocumentedStory) {
+  const CommandResult r = run_kestrel("run " + kStories + " -n 200 --temp 0 -t 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+            "park. One day, she saw a big, red ball. She wanted to play with it, but it was too high.\n"
+            "Lily's mom said, \"Lily, let's go to the park.\" Lily was sad and didn't know what to do. "
+            "She said, \"I want to play with your ball, but I can't find it.\"\n"
+            "Lily was sad and didn't know what to do. She said, \"I'm sorry, Lily. I didn't know what "
+            "to do.\"\n"
+            "Lily didn't want to help her mom, so she\n");
+  double prompt_rate = -1, gen_rate = -1;
+  int prompt_tokens = -1, gen_tokens = -1;
+  ASSERT_EQ(std::sscanf(r.err.c_str(), "prompt: %d tokens, %lf tok/s; generation: %d tokens, %lf tok/s",
+                        &prompt_tokens, &prompt_rate, &gen_tokens, &gen_rate),
+            4)
+      << r.err;
+  EXPECT_EQ(prompt_tokens, 1);
+  EXPECT_EQ(gen_tokens, 200);
+  EXPECT_GT(gen_rate, 0.0);
+}
+
+TEST(Cli, RunDoesNotEchoThePromptAndKeepsTheLeadingSpace) {
+  const CommandResult r = run_kestrel("run " + kStories + " -p \"Once upon a time\" -n 8 --temp 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind(", there was a little girl", 0), 0u) << r.out;
+}
+
+TEST(Cli, SameSeedSameText) {
+  const std::string args = "run " + kStories + " -p \"Tom\" -n 40 --temp 1.0 --seed 1234";
+  const CommandResult a = run_kestrel(args);
+  const CommandResult b = run_kestrel(args);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  const CommandResult c = run_kestrel("run " + kStories + " -p \"Tom\" -n 40 --temp 1.0 --seed 99");
+  EXPECT_NE(a.out, c.out);
+}
+
+TEST(Cli, InfoShowsArchitectureAndMemoryPlan) {
+  const CommandResult r = run_kestrel("info " + kStories + " --budget-gib 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("architecture:    llama"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("parameters:      292800"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("48 x F32"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("KV cache per token: 1.25 KiB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("KV blocks"), std::string::npos) << r.out;
+}
+
+TEST(Cli, PerplexityPrintsLlamaCppStyleFinalEstimate) {
+  const CommandResult r = run_kestrel("perplexity " + kStories + " -f " +
+                                      test::shared_model_path("text/tinystories_val.txt") +
+                                      " --ctx 512 --chunks 4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // llama-perplexity -c 512 --chunks 4 on the same file prints [1]3.3979,[2]3.7500,[3]3.5265,[4]3.5313.
+  EXPECT_NE(r.out.find("[1]3.39"), std::string::npos) << r.out;
+  const size_t at = r.out.find("Final estimate: PPL = ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  double ppl = 0, error = 0;
+  ASSERT_EQ(std::sscanf(r.out.c_str() + at, "Final estimate: PPL = %lf +/- %lf", &ppl, &error), 2);
+  EXPECT_NEAR(ppl, 3.5313, 3.5313 * 0.005);  // llama.cpp's 4-chunk figure
+  EXPECT_GT(error, 0.0);
+}
+
+TEST(Cli, ErrorsAreOneClearLineAndExitCodeOne) {
+  const CommandResult missing = run_kestrel("run /nonexistent.gguf -n 4");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("error: /nonexistent.gguf: cannot open"), std::string::npos) << missing.err;
+
+  const CommandResult not_gguf = run_kestrel("info " + test::shared_model_path("tok512.bin"));
+  EXPECT_EQ(not_gguf.exit_code, 1);
+  EXPECT_NE(not_gguf.err.find("not a GGUF file"), std::string::npos) << not_gguf.err;
+
+  const CommandResult too_long = run_kestrel("run " + kStories + " -n 100 --ctx 50 --temp 0");
+  EXPECT_EQ(too_long.exit_code, 1);
+  EXPECT_NE(too_long.err.find("more than the context length 50"), std::string::npos) << too_long.err;
+
+  const CommandResult bad_flag = run_kestrel("run " + kStories + " --top-p 3");
+  EXPECT_NE(bad_flag.exit_code, 0);
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -1,0 +1,161 @@
+// Loading a model: hyper-parameters from metadata, and a clear error (naming the file and what is
+// wrong) for every inconsistent or unsupported file — never a crash.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "core/error.h"
+#include "loader/gguf_reader.h"
+#include "loader/gguf_writer.h"
+#include "model/model.h"
+#include "test_paths.h"
+
+namespace kestrel {
+namespace {
+
+std::string stories() { return test::shared_model_path("stories260K.gguf"); }
+
+// Copies stories260K.gguf through the writer, letting `edit_key` drop/replace metadata and
+// `edit_tensor` drop/replace tensors (return false to drop).
+std::string mutated_copy(const std::string& name,
+                         const std::function<bool(const std::string&, gguf::Value&)>& edit_key,
+                         const std::function<bool(gguf::TensorInfo&, std::vector<uint8_t>&)>& edit_tensor) {
+  const auto source = gguf::GgufFile::open(stories());
+  gguf::GgufWriter writer;
+  for (const auto& kv : source->metadata()) {
+    gguf::Value value = kv.value;
+    if (edit_key(kv.key, value)) writer.set(kv.key, value);
+  }
+  for (const auto& t : source->tensors()) {
+    gguf::TensorInfo info = t;
+    std::vector<uint8_t> bytes(t.data, t.data + t.num_bytes);
+    if (edit_tensor(info, bytes)) writer.add_tensor(info.name, info.type, info.dims, std::move(bytes));
+  }
+  const std::string path = test::scratch_dir("model_load_" + name) + "/model.gguf";
+  writer.write(path);
+  return path;
+}
+
+auto keep_key = [](const std::string&, gguf::Value&) { return true; };
+auto keep_tensor = [](gguf::TensorInfo&, std::vector<uint8_t>&) { return true; };
+
+void expect_load_error(const std::string& path, const std::vector<std::string>& phrases) {
+  try {
+    Model::load(path);
+    FAIL() << "loaded " << path;
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(path), std::string::npos) << "error must name the file: " << message;
+    for (const auto& phrase : phrases) {
+      EXPECT_NE(message.find(phrase), std::string::npos) << "missing '" << phrase << "' in: " << message;
+    }
+  }
+}
+
+TEST(ModelLoad, ReadsStoriesHyperParameters) {
+  const auto model = Model::load(stories());
+  const ModelConfig& c = model->config();
+  EXPECT_EQ(c.architecture, "llama");
+  EXPECT_EQ(c.n_vocab, 512);
+  EXPECT_EQ(c.n_embd, 64);
+  EXPECT_EQ(c.n_layer, 5);
+  EXPECT_EQ(c.n_head, 8);
+  EXPECT_EQ(c.n_head_kv, 4);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_EQ(c.n_ff, 172);
+  EXPECT_EQ(c.n_rot, 8);
+  EXPECT_EQ(c.n_ctx_train, 2048);
+  EXPECT_FLOAT_EQ(c.rms_eps, 1e-5f);
+  EXPECT_FALSE(c.rope_neox);
+  EXPECT_FALSE(model->weights().tied_output) << "stories260K.gguf stores output.weight";
+  EXPECT_EQ(model->parameter_count(), 512 * 64 * 2 + 64 + 5 * (64 * 64 * 2 + 2 * 64 * 32 + 3 * 64 * 172 + 2 * 64));
+  // K and V: 5 layers x 32 values x 4 bytes x 2.
+  EXPECT_EQ(c.kv_bytes_per_token(), 5 * 32 * 4 * 2);
+}
+
+TEST(ModelLoad, MissingOutputTensorMeansTiedEmbedding) {
+  const auto path = mutated_copy("tied", keep_key, [](gguf::TensorInfo& t, std::vector<uint8_t>&) {
+    return t.name != "output.weight";
+  });
+  const auto model = Model::load(path);
+  EXPECT_TRUE(model->weights().tied_output);
+  EXPECT_EQ(model->weights().output.data, model->weights().token_embd.data);
+}
+
+TEST(ModelLoad, UnknownArchitecture) {
+  const auto path = mutated_copy("arch", [](const std::string& key, gguf::Value& v) {
+    if (key == "general.architecture") v = gguf::Value::of_string("mamba9");
+    return true;
+  }, keep_tensor);
+  expect_load_error(path, {"unknown architecture 'mamba9'"});
+}
+
+TEST(ModelLoad, MissingHyperParameter) {
+  const auto path = mutated_copy("key", [](const std::string& key, gguf::Value&) {
+    return key != "llama.block_count";
+  }, keep_tensor);
+  expect_load_error(path, {"llama.block_count", "missing"});
+}
+
+TEST(ModelLoad, WrongTypeForHyperParameter) {
+  const auto path = mutated_copy("keytype", [](const std::string& key, gguf::Value& v) {
+    if (key == "llama.embedding_length") v = gguf::Value::of_string("sixty-four");
+    return true;
+  }, keep_tensor);
+  expect_load_error(path, {"llama.embedding_length", "should be a non-negative integer"});
+}
+
+TEST(ModelLoad, HeadCountsMustDivide) {
+  const auto path = mutated_copy("heads", [](const std::string& key, gguf::Value& v) {
+    if (key == "llama.attention.head_count_kv") v = gguf::Value::of_u32(3);
+    return true;
+  }, keep_tensor);
+  expect_load_error(path, {"not a multiple of attention.head_count_kv 3"});
+}
+
+TEST(ModelLoad, MissingTensor) {
+  const auto path = mutated_copy("tensor", keep_key, [](gguf::TensorInfo& t, std::vector<uint8_t>&) {
+    return t.name != "blk.3.ffn_up.weight";
+  });
+  expect_load_error(path, {"missing tensor 'blk.3.ffn_up.weight'"});
+}
+
+TEST(ModelLoad, MisShapedTensor) {
+  const auto path = mutated_copy("shape", keep_key, [](gguf::TensorInfo& t, std::vector<uint8_t>&) {
+    if (t.name == "blk.1.attn_k.weight") t.dims = {32, 64};  // transposed
+    return true;
+  });
+  expect_load_error(path, {"blk.1.attn_k.weight", "should have shape [64, 32]", "[32, 64]"});
+}
+
+TEST(ModelLoad, VocabularySizeMustMatchEmbedding) {
+  const auto path = mutated_copy("vocab", [](const std::string& key, gguf::Value& v) {
+    if (key == "tokenizer.ggml.tokens") {
+      auto items = v.as_array()->items;
+      items.pop_back();
+      v = gguf::Value::of_array(gguf::ValueType::String, std::move(items));
+    }
+    return true;
+  }, keep_tensor);
+  expect_load_error(path, {"vocabulary has 511 tokens", "512 rows"});
+}
+
+TEST(ModelLoad, UnsupportedWeightTypeIsNamed) {
+  // Re-label a 64x64 F32 matrix (16 KiB) as Q4_K: 64 * 64 / 256 * 144 = 2304 bytes.
+  const auto path = mutated_copy("qtype", keep_key, [](gguf::TensorInfo& t, std::vector<uint8_t>& bytes) {
+    if (t.name == "blk.0.attn_q.weight") {
+      t.dims = {256, 16};
+      t.type = DType::Q4_K;
+      bytes.resize(16 * 144);
+    }
+    return true;
+  });
+  expect_load_error(path, {"blk.0.attn_q.weight"});
+}
+
+TEST(ModelLoad, NonexistentFile) {
+  expect_load_error("/nonexistent/model.gguf", {"cannot open"});
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -1,0 +1,101 @@
+// kestrel info MODEL: architecture, hyper-parameters, parameter count, tensor types and a memory
+// plan (weights, KV bytes per token, how many tokens of KV fit a memory budget).
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kestrel::cli {
+namespace {
+
+struct InfoOptions {
+  std::string model;
+  double budget_gib = 8.0;
+  int block_size = 16;
+  bool metadata = false;
+};
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 4) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  return fmt::format("{:.2f} {}", bytes, units[unit]);
+}
+
+void info(const InfoOptions& o) {
+  const auto model = Model::load(o.model);
+  const ModelConfig& c = model->config();
+  const auto tokenizer = Tokenizer::from_gguf(model->file());
+  fmt::print("file:            {} (GGUF v{})\n", o.model, model->file().version());
+  fmt::print("architecture:    {}{}\n", c.architecture, c.name.empty() ? "" : " (" + c.name + ")");
+  fmt::print("parameters:      {} ({:.2f} M)\n", model->parameter_count(), double(model->parameter_count()) / 1e6);
+  fmt::print("layers:          {}\n", c.n_layer);
+  fmt::print("hidden size:     {}\n", c.n_embd);
+  fmt::print("FFN size:        {}\n", c.n_ff);
+  fmt::print("heads:           {} query, {} key/value (head size {})\n", c.n_head, c.n_head_kv, c.head_dim);
+  fmt::print("RoPE:            {} dims, base {}, {} order, scale {}{}\n", c.n_rot, c.rope_freq_base,
+             c.rope_neox ? "NeoX" : "normal", c.rope_freq_scale,
+             model->weights().rope_freq_factors ? ", per-frequency factors" : "");
+  fmt::print("RMSNorm eps:     {}\n", c.rms_eps);
+  fmt::print("context:         {} (trained)\n", c.n_ctx_train);
+  fmt::print("vocabulary:      {} tokens ({}), BOS {}, EOS {}\n", c.n_vocab,
+             tokenizer->vocab().kind == VocabKind::SentencePiece ? "SentencePiece" : "byte-level BPE",
+             tokenizer->bos_id(), tokenizer->eos_id());
+  fmt::print("output head:     {}\n", model->weights().tied_output ? "tied to the embedding" : "separate");
+
+  std::map<std::string, std::pair<int, int64_t>> types;
+  for (const auto& t : model->file().tensors()) {
+    auto& entry = types[std::string(dtype_name(t.type))];
+    ++entry.first;
+    entry.second += int64_t(t.num_bytes);
+  }
+  fmt::print("tensor types:   ");
+  for (const auto& [name, entry] : types) {
+    fmt::print(" {} x {} ({})", entry.first, name, human_bytes(double(entry.second)));
+  }
+  fmt::print("\n");
+
+  const double weights = double(model->weight_bytes());
+  const double kv_per_token = double(c.kv_bytes_per_token());
+  const double budget = o.budget_gib * double(int64_t(1) << 30);
+  fmt::print("memory plan:\n");
+  fmt::print("  weights:            {}\n", human_bytes(weights));
+  fmt::print("  KV cache per token: {} (F32 K and V, {} layers x {} values x 2)\n",
+             human_bytes(kv_per_token), c.n_layer, c.kv_width());
+  fmt::print("  KV per block:       {} ({} tokens)\n", human_bytes(kv_per_token * o.block_size), o.block_size);
+  if (budget > weights) {
+    const int64_t blocks = int64_t((budget - weights) / (kv_per_token * o.block_size));
+    fmt::print("  budget {}:    {} KV blocks = {} tokens of context across all sequences\n",
+               human_bytes(budget), blocks, blocks * o.block_size);
+  } else {
+    fmt::print("  budget {}:    too small for the weights alone\n", human_bytes(budget));
+  }
+  if (o.metadata) {
+    fmt::print("metadata:\n");
+    for (const auto& kv : model->file().metadata()) {
+      fmt::print("  {} = {}\n", kv.key, gguf::value_to_display_string(kv.value));
+    }
+  }
+}
+
+}  // namespace
+
+void register_info(CLI::App& app) {
+  auto options = std::make_shared<InfoOptions>();
+  CLI::App* cmd = app.add_subcommand("info", "describe a model and plan its memory");
+  cmd->add_option("model", options->model, "GGUF model file")->required();
+  cmd->add_option("--budget-gib", options->budget_gib, "memory budget for the plan, GiB")->check(CLI::PositiveNumber);
+  cmd->add_option("--block-size", options->block_size, "KV block size in tokens")->check(CLI::Range(1, 1024));
+  cmd->add_flag("--metadata", options->metadata, "also list every metadata key");
+  cmd->callback([options] { info(*options); });
+}
+
+}  // namespace kestrel::cli

@@ -1,0 +1,18 @@
+// Subcommands of the `kestrel` CLI. Each register_* adds its subcommand and options to the app
+// and binds the callback that runs it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace kestrel::cli {
+
+void register_run(CLI::App& app);
+void register_info(CLI::App& app);
+void register_perplexity(CLI::App& app);
+void register_convert(CLI::App& app);
+void register_quantize(CLI::App& app);
+
+// Threads to use when the user gives none: every core the process may run on.
+int default_thread_count();
+
+}  // namespace kestrel::cli

@@ -1,17 +1,20 @@
 #include "loader/gguf_reader.h"
 
+#include <algorithm>
 #include <cstring>
-#include <limits>
 
 #include "core/error.h"
 
 namespace kestrel::gguf {
 namespace {
 
-// Limits that reject absurd values before any allocation is sized from them.
-constexpr uint64_t kMaxStringBytes = uint64_t(1) << 30;
-constexpr int kMaxArrayNesting = 8;
-constexpr int64_t kMaxDimension = int64_t(1) << 40;
+// Counts read from the file are only checked against the bytes left, and one byte of file can
+// become a 40-byte Value: reserving a corrupt count up front in a multi-gigabyte model could ask
+// for hundreds of gigabytes and die with bad_alloc before the parse reaches the bytes that show
+// the count is wrong. Reserve at most this many; beyond it vectors grow as items are parsed.
+constexpr uint64_t kMaxUpfrontReserve = 4096;
+
+size_t capped_reserve(uint64_t count) { return size_t(std::min(count, kMaxUpfrontReserve)); }
 
 // Bounds-checked little-endian reader over the file bytes.
 class Cursor {
@@ -91,7 +94,7 @@ Value read_array(Cursor& cursor, const std::string& file, const std::string& key
   }
   Array array;
   array.element_type = element_type;
-  array.items.reserve(size_t(count));
+  array.items.reserve(capped_reserve(count));
   for (uint64_t i = 0; i < count; ++i) {
     array.items.push_back(read_value(cursor, element_type, file, key, depth + 1));
   }
@@ -172,15 +175,17 @@ void GgufFile::parse_all(std::span<const uint8_t> bytes) {
   const uint64_t tensor_count = cursor.read<uint64_t>("tensor count");
   const uint64_t kv_count = cursor.read<uint64_t>("metadata count");
   // A key-value pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at least
-  // 8 + 4 + 8 + 4 + 8 bytes. Reject counts the file cannot hold before reserving memory.
+  // 8 + 4 + 8 + 4 + 8 bytes. Counts the file cannot hold get an error that says so up front.
   if (kv_count > cursor.remaining() / 13) {
-    fail("{}: absurd metadata count {} for a file of {} bytes", name_, kv_count, bytes.size());
+    fail("{}: truncated or corrupt file: the header claims {} metadata entries, which cannot fit "
+         "in the {} bytes that follow it", name_, kv_count, cursor.remaining());
   }
   if (tensor_count > cursor.remaining() / 32) {
-    fail("{}: absurd tensor count {} for a file of {} bytes", name_, tensor_count, bytes.size());
+    fail("{}: truncated or corrupt file: the header claims {} tensors, which cannot fit in the {} "
+         "bytes that follow it", name_, tensor_count, cursor.remaining());
   }
 
-  metadata_.reserve(size_t(kv_count));
+  metadata_.reserve(capped_reserve(kv_count));
   for (uint64_t i = 0; i < kv_count; ++i) {
     std::string key = cursor.read_string("metadata key");
     const uint32_t raw_type = cursor.read<uint32_t>("metadata value type");
@@ -195,13 +200,14 @@ void GgufFile::parse_all(std::span<const uint8_t> bytes) {
 
   if (const Value* align = find("general.alignment")) {
     const auto a = align->as_uint();
-    if (!a || *a == 0 || (*a & (*a - 1)) != 0 || *a > 65536) {
-      fail("{}: general.alignment must be a power of two between 1 and 65536", name_);
+    if (!a || *a == 0 || (*a & (*a - 1)) != 0 || *a > kMaxAlignment) {
+      fail("{}: general.alignment is {} but must be a power of two between 1 and {}", name_,
+           value_to_display_string(*align), kMaxAlignment);
     }
     alignment_ = uint32_t(*a);
   }
 
-  tensors_.reserve(size_t(tensor_count));
+  tensors_.reserve(capped_reserve(tensor_count));
   for (uint64_t i = 0; i < tensor_count; ++i) {
     TensorInfo info;
     info.name = cursor.read_string("tensor name");
@@ -212,12 +218,12 @@ void GgufFile::parse_all(std::span<const uint8_t> bytes) {
     info.num_elements = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const uint64_t dim = cursor.read<uint64_t>("tensor dimension");
-      if (dim == 0 || dim > uint64_t(kMaxDimension)) {
+      if (dim == 0 || dim > uint64_t(kMaxTensorElements)) {
         fail("{}: tensor '{}' has absurd dimension {} = {}", name_, info.name, d, dim);
       }
       info.dims.push_back(int64_t(dim));
       if (multiply_overflows(info.num_elements, int64_t(dim), &info.num_elements) ||
-          info.num_elements > kMaxDimension) {
+          info.num_elements > kMaxTensorElements) {
         fail("{}: tensor '{}' has an absurd element count", name_, info.name);
       }
     }

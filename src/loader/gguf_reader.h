@@ -22,6 +22,13 @@ inline constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as little-endian 
 inline constexpr uint32_t kDefaultAlignment = 32;
 inline constexpr int kMaxDims = 4;
 
+// Limits of what the reader accepts (the writer refuses to produce anything beyond them). They
+// reject absurd values before any allocation is sized from them.
+inline constexpr uint64_t kMaxStringBytes = uint64_t(1) << 30;
+inline constexpr int kMaxArrayNesting = 8;
+inline constexpr uint32_t kMaxAlignment = 65536;
+inline constexpr int64_t kMaxTensorElements = int64_t(1) << 40;  // also bounds each dimension
+
 struct TensorInfo {
   std::string name;
   std::vector<int64_t> dims;  // innermost first: dims[0] is the row length (GGML's ne0)

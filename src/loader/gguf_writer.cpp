@@ -1,8 +1,11 @@
 #include "loader/gguf_writer.h"
 
+#include <fmt/ranges.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 #include "core/error.h"
@@ -44,7 +47,27 @@ class ByteSink {
   uint64_t written_ = 0;
 };
 
-void write_value(ByteSink& sink, const Value& value);
+// Refuses values the reader would reject, so that every file the writer produces reads back:
+// GGUF arrays are homogeneous (the element type is stored once), nesting and string sizes are
+// limited by the reader.
+void check_value(const std::string& key, const Value& value, int depth) {
+  if (const std::string* s = value.as_string(); s != nullptr && s->size() > kMaxStringBytes) {
+    fail("metadata key '{}': string of {} bytes is longer than GGUF readers accept ({})", key,
+         s->size(), kMaxStringBytes);
+  }
+  const Array* array = value.as_array();
+  if (array == nullptr) return;
+  if (depth >= kMaxArrayNesting) {
+    fail("metadata key '{}': arrays nested more than {} deep", key, kMaxArrayNesting);
+  }
+  for (const Value& item : array->items) {
+    if (item.type() != array->element_type) {
+      fail("metadata key '{}': array of {} holds a {}", key, value_type_name(array->element_type),
+           value_type_name(item.type()));
+    }
+    check_value(key, item, depth + 1);
+  }
+}
 
 void write_payload(ByteSink& sink, const Value& value) {
   std::visit(
@@ -55,13 +78,7 @@ void write_payload(ByteSink& sink, const Value& value) {
         } else if constexpr (std::is_same_v<T, Array>) {
           sink.put<uint32_t>(uint32_t(v.element_type));
           sink.put<uint64_t>(v.items.size());
-          for (const Value& item : v.items) {
-            if (item.type() != v.element_type) {
-              fail("internal: GGUF array of {} holds a {}", value_type_name(v.element_type),
-                   value_type_name(item.type()));
-            }
-            write_payload(sink, item);
-          }
+          for (const Value& item : v.items) write_payload(sink, item);
         } else if constexpr (std::is_same_v<T, bool>) {
           sink.put<uint8_t>(v ? 1 : 0);
         } else {
@@ -79,13 +96,20 @@ void write_value(ByteSink& sink, const Value& value) {
 }  // namespace
 
 GgufWriter::GgufWriter(uint32_t alignment) : alignment_(alignment) {
-  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
-    fail("GGUF alignment must be a power of two, got {}", alignment);
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kMaxAlignment) {
+    fail("GGUF alignment must be a power of two between 1 and {}, got {}", kMaxAlignment, alignment);
   }
   if (alignment != kDefaultAlignment) set("general.alignment", Value::of_u32(alignment));
 }
 
 void GgufWriter::set(const std::string& key, Value value) {
+  check_value(key, value, 0);
+  // The padding the writer emits follows alignment_; a different general.alignment would make
+  // readers look for tensor data at the wrong offsets.
+  if (key == "general.alignment" && value.as_uint() != std::optional<uint64_t>(alignment_)) {
+    fail("general.alignment {} differs from the writer's alignment {}: pass it to the GgufWriter "
+         "constructor instead", value_to_display_string(value), alignment_);
+  }
   for (auto& [existing_key, existing_value] : metadata_) {
     if (existing_key == key) {
       existing_value = std::move(value);
@@ -110,7 +134,12 @@ void GgufWriter::add_tensor_view(std::string name, DType type, std::vector<int64
   }
   const DTypeLayout layout = dtype_layout(type);
   int64_t elements = 1;
-  for (int64_t d : dims) elements *= d;
+  for (int64_t d : dims) {
+    if (d <= 0 || __builtin_mul_overflow(elements, d, &elements) || elements > kMaxTensorElements) {
+      fail("tensor '{}': dimensions {} must be positive with at most {} elements in all", name,
+           fmt::join(dims, " x "), kMaxTensorElements);
+    }
+  }
   if (dims[0] % layout.block_size != 0) {
     fail("tensor '{}': row length {} is not a multiple of the {} block size {}", name, dims[0],
          layout.name, layout.block_size);

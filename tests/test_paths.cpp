@@ -1,5 +1,7 @@
 #include "test_paths.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -16,8 +18,9 @@ std::string test_data_path(const std::string& relative) {
 }
 
 std::string scratch_dir(const std::string& name) {
-  const std::filesystem::path dir =
-      std::filesystem::path(KESTREL_BINARY_DIR) / "test-scratch" / name;
+  // ctest runs test cases as parallel processes: the pid keeps their directories apart.
+  const std::filesystem::path dir = std::filesystem::path(KESTREL_BINARY_DIR) / "test-scratch" /
+                                    (name + "-" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();

@@ -9,7 +9,7 @@ namespace kestrel::test {
 std::string shared_model_path(const std::string& relative);
 // tests/data in the source tree.
 std::string test_data_path(const std::string& relative);
-// A fresh scratch directory for one test (removed and recreated).
+// A fresh scratch directory for one test process (removed and recreated).
 std::string scratch_dir(const std::string& name);
 // Reads a whole file; fails the test if it cannot.
 std::string read_file(const std::string& path);

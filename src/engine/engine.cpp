@@ -41,7 +41,7 @@ LLMEngine::LLMEngine(const Model& model, const EngineConfig& config, TokenId eos
     : model_(model),
       eos_token_(eos_token),
       runner_config_(make_runner_config(model, config)),
-      kv_(int32_t(runner_config_.num_blocks), config.block_size),
+      kv_(int32_t(runner_config_.num_blocks), config.block_size, config.enable_prefix_caching),
       runner_(model, runner_config_),
       scheduler_(make_scheduler_config(model, config), kv_) {}
 
@@ -53,30 +53,40 @@ RequestId LLMEngine::add_request(RequestSpec spec) {
     }
   }
   auto request = std::make_unique<Request>();
-  request->id = next_id_++;
+  if (spec.id != 0 && scheduler_.find(spec.id) != nullptr) {
+    fail("internal: request id {} is already in use", spec.id);
+  }
+  request->id = spec.id != 0 ? spec.id : next_id_++;
   request->num_prompt_tokens = int64_t(spec.prompt.size());
   request->tokens = std::move(spec.prompt);
   request->max_tokens = spec.max_tokens;
   request->priority = spec.priority;
   request->eos_token = eos_token_;
   request->ignore_eos = spec.ignore_eos;
+  request->prefix_source = spec.prefix_source;
   const RequestId id = request->id;
   scheduler_.add_request(std::move(request));
   samplers_.emplace(id, Sampler(spec.sampling));
   return id;
 }
 
-void LLMEngine::abort_request(RequestId id) {
-  scheduler_.finish_request(id, FinishReason::Abort);
+void LLMEngine::finish_request(RequestId id, FinishReason reason) {
+  scheduler_.finish_request(id, reason);
   samplers_.erase(id);
   scheduler_.take_finished();
+}
+
+std::vector<RequestId> LLMEngine::finish_all(FinishReason reason) {
+  std::vector<RequestId> ids = scheduler_.unfinished_ids();
+  for (RequestId id : ids) finish_request(id, reason);
+  return ids;
 }
 
 std::vector<RequestOutput> LLMEngine::step() {
   std::vector<RequestOutput> outputs;
   const SchedulerOutput plan = scheduler_.schedule();
   last_step_ = {plan.num_scheduled_tokens, int64_t(plan.scheduled.size()),
-                int64_t(plan.preempted.size())};
+                int64_t(plan.preempted.size()), plan.admitted};
   if (plan.empty()) return outputs;
 
   std::vector<SequenceChunk> chunks;

@@ -24,14 +24,17 @@ struct EngineConfig {
   int max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
   SchedulingPolicy policy = SchedulingPolicy::Continuous;
+  bool enable_prefix_caching = true;
 };
 
 struct RequestSpec {
+  RequestId id = 0;  // 0: the engine assigns one
   std::vector<TokenId> prompt;
   SamplingParams sampling;
   int64_t max_tokens = 16;
   int priority = 0;
   bool ignore_eos = false;
+  RequestId prefix_source = 0;  // a sibling with the same prompt (n > 1): share its prompt blocks
 };
 
 // What one step produced for one request.
@@ -48,6 +51,7 @@ struct StepStats {
   int64_t num_scheduled_tokens = 0;
   int64_t num_sequences = 0;
   int64_t num_preempted = 0;
+  std::vector<RequestId> admitted;  // requests that left the waiting queue this step
 };
 
 class LLMEngine {
@@ -58,7 +62,10 @@ class LLMEngine {
   // more KV blocks than the pool).
   RequestId add_request(RequestSpec spec);
   // Finishes a request (also mid-prefill); its blocks are freed at once.
-  void abort_request(RequestId id);
+  void abort_request(RequestId id) { finish_request(id, FinishReason::Abort); }
+  void finish_request(RequestId id, FinishReason reason);
+  // Finishes every unfinished request (after a failed step); returns their ids.
+  std::vector<RequestId> finish_all(FinishReason reason);
   std::vector<RequestOutput> step();
   bool has_unfinished() const { return scheduler_.has_unfinished(); }
 

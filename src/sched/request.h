@@ -29,6 +29,9 @@ struct Request {
   RequestStatus status = RequestStatus::Waiting;
   FinishReason finish_reason = FinishReason::None;
   int num_preemptions = 0;
+  // Another request with the same prompt (n > 1 sampling): this one is admitted only after that
+  // one's prompt is computed, so it shares the prompt's blocks through the prefix cache.
+  RequestId prefix_source = 0;
   TokenId eos_token = -1;            // -1: generate until max_tokens
   bool ignore_eos = false;
 

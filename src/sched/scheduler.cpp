@@ -64,6 +64,15 @@ void Scheduler::enqueue_waiting(Request* request) {
   waiting_.insert(pos, request);
 }
 
+bool Scheduler::waits_for_prefix_source(const Request& request) const {
+  if (request.prefix_source == 0) return false;
+  const Request* source = find(request.prefix_source);
+  if (source == nullptr) return false;  // finished or unknown: nothing to wait for
+  // Wait while the source is still computing the prompt's full blocks.
+  const int64_t shared = request.num_prompt_tokens / kv_.block_size() * kv_.block_size();
+  return source->status == RequestStatus::Running && source->num_computed_tokens < shared;
+}
+
 Request* Scheduler::pick_preemption_victim() const {
   // The request that would run last: lowest priority, newest arrival.
   return *std::max_element(running_.begin(), running_.end(), runs_before);
@@ -121,11 +130,19 @@ SchedulerOutput Scheduler::schedule() {
   while (may_admit && !waiting_.empty() && budget > 0 &&
          int(running_.size()) < config_.max_num_seqs) {
     Request* request = waiting_.front();
-    const int64_t num_new = std::min(request->num_tokens() - request->num_computed_tokens, budget);
-    if (!kv_.allocate_slots(request->id, request->num_computed_tokens + num_new)) break;
+    if (waits_for_prefix_source(*request)) break;
+    // Reuse every cached full block of the tokens (never the last token: it must be computed to
+    // give logits). A preempted request finds its own blocks again if they were not evicted.
+    const CachedPrefix prefix = kv_.find_cached_prefix(
+        std::span<const TokenId>(request->tokens).first(size_t(request->num_tokens() - 1)));
+    const int64_t num_new = std::min(request->num_tokens() - prefix.num_tokens, budget);
+    if (!kv_.allocate_slots(request->id, prefix.num_tokens + num_new, &prefix)) break;
+    kv_.record_prefix_query(request->num_tokens(), prefix.num_tokens);
+    request->num_computed_tokens = prefix.num_tokens;
     waiting_.pop_front();
     request->status = RequestStatus::Running;
     running_.push_back(request);
+    output.admitted.push_back(request->id);
     output.scheduled.push_back({request, request->num_computed_tokens, num_new,
                                 request->num_computed_tokens + num_new == request->num_tokens()});
     output.num_scheduled_tokens += num_new;
@@ -140,6 +157,7 @@ void Scheduler::update_from_output(const SchedulerOutput& output, std::span<cons
     Request* request = s.request;
     if (request->finished()) continue;  // finished by the engine in the meantime
     request->num_computed_tokens = s.num_computed_tokens + s.num_scheduled_tokens;
+    kv_.cache_computed_blocks(request->id, request->tokens, request->num_computed_tokens);
     if (!s.sample) continue;
     if (next_sample >= sampled.size()) fail("internal: fewer sampled tokens than scheduled samples");
     const TokenId token = sampled[next_sample++];
@@ -177,6 +195,13 @@ std::vector<std::unique_ptr<Request>> Scheduler::take_finished() {
   std::vector<std::unique_ptr<Request>> out;
   out.swap(finished_);
   return out;
+}
+
+std::vector<RequestId> Scheduler::unfinished_ids() const {
+  std::vector<RequestId> ids;
+  for (const Request* r : running_) ids.push_back(r->id);
+  for (const Request* r : waiting_) ids.push_back(r->id);
+  return ids;
 }
 
 const Request* Scheduler::find(RequestId id) const {

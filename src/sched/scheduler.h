@@ -45,6 +45,7 @@ struct SchedulerOutput {
   std::vector<ScheduledRequest> scheduled;
   int64_t num_scheduled_tokens = 0;
   std::vector<RequestId> preempted;
+  std::vector<RequestId> admitted;  // moved from waiting to running this step
   bool empty() const { return scheduled.empty(); }
 };
 
@@ -68,6 +69,8 @@ class Scheduler {
   void finish_request(RequestId id, FinishReason reason);
   // Finished requests since the last call, removed from the scheduler.
   std::vector<std::unique_ptr<Request>> take_finished();
+  // Ids of every request not yet finished (waiting or running).
+  std::vector<RequestId> unfinished_ids() const;
 
   const Request* find(RequestId id) const;
   size_t num_waiting() const { return waiting_.size(); }
@@ -79,6 +82,7 @@ class Scheduler {
 
  private:
   void enqueue_waiting(Request* request);
+  bool waits_for_prefix_source(const Request& request) const;
   Request* pick_preemption_victim() const;
   void preempt(Request* request, SchedulerOutput& output);
   void retire(Request* request, FinishReason reason);

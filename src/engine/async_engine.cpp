@@ -1,0 +1,257 @@
+#include "engine/async_engine.h"
+
+#include <fmt/format.h>
+
+namespace kestrel {
+
+using Clock = std::chrono::steady_clock;
+
+bool RequestStream::next(GenerationEvent* event, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!ready_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return false;
+  *event = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
+void RequestStream::push(GenerationEvent event) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_all();
+}
+
+AsyncEngine::AsyncEngine(const Model& model, const Tokenizer& tokenizer, const AsyncEngineConfig& config)
+    : tokenizer_(tokenizer),
+      engine_(model, config.engine, tokenizer.eos_id()),
+      max_model_len_(engine_.max_model_len()),
+      max_queued_(config.max_queued_requests) {
+  publish_gauges();
+  thread_ = std::thread([this] { loop(); });
+}
+
+AsyncEngine::~AsyncEngine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<RequestStream> AsyncEngine::submit(const GenerateRequest& request) {
+  // The capacity check reads only the immutable limits, so it is safe from any thread.
+  const std::string problem =
+      engine_.scheduler().check_capacity(int64_t(request.prompt.size()), request.max_tokens);
+  if (!problem.empty()) {
+    metrics_.update([](MetricsSnapshot& m) { ++m.requests_rejected; });
+    throw RequestRejected(RejectReason::Invalid, problem);
+  }
+  for (TokenId t : request.prompt) {
+    if (t < 0 || t >= tokenizer_.vocab_size()) {
+      throw RequestRejected(RejectReason::Invalid,
+                            fmt::format("token id {} is outside the vocabulary (size {})", t,
+                                        tokenizer_.vocab_size()));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (int64_t(inbox_.size()) + num_waiting_.load() >= max_queued_) {
+    metrics_.update([](MetricsSnapshot& m) { ++m.requests_rejected; });
+    throw RequestRejected(RejectReason::QueueFull,
+                          fmt::format("the queue is full ({} requests waiting)", max_queued_));
+  }
+  Pending pending;
+  pending.spec.id = next_id_++;
+  pending.spec.prompt = request.prompt;
+  pending.spec.sampling = request.sampling;
+  pending.spec.max_tokens = request.max_tokens;
+  pending.spec.priority = request.priority;
+  pending.spec.ignore_eos = request.ignore_eos;
+  pending.spec.prefix_source = request.prefix_source;
+  pending.stop = request.stop;
+  pending.stream = std::make_shared<RequestStream>(pending.spec.id);
+  pending.arrival = Clock::now();
+  auto stream = pending.stream;
+  inbox_.push_back(std::move(pending));
+  busy_ = true;
+  wake_.notify_all();
+  return stream;
+}
+
+void AsyncEngine::abort(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborts_.push_back(id);
+  }
+  wake_.notify_all();
+}
+
+void AsyncEngine::wait_idle() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [&] { return !busy_; });
+}
+
+void AsyncEngine::admit(Pending pending) {
+  const RequestId id = pending.spec.id;
+  const TokenId last_prompt = pending.spec.prompt.back();
+  const int64_t prompt_tokens = int64_t(pending.spec.prompt.size());
+  const bool logprobs = pending.spec.sampling.top_logprobs >= 0;
+  try {
+    engine_.add_request(std::move(pending.spec));
+  } catch (const Error& e) {
+    GenerationEvent event;
+    event.finished = true;
+    event.finish_reason = FinishReason::Error;
+    event.error = e.what();
+    pending.stream->push(std::move(event));
+    metrics_.update([](MetricsSnapshot& m) { ++m.requests_error; });
+    return;
+  }
+  Active active{pending.stream, TextOutput(tokenizer_, last_prompt, std::move(pending.stop)),
+                logprobs,        prompt_tokens, 0, 0, pending.arrival, {}, false};
+  active_.emplace(id, std::move(active));
+}
+
+void AsyncEngine::finish(RequestId id, Active& active, GenerationEvent event, FinishReason reason) {
+  event.finished = true;
+  event.finish_reason = reason;
+  event.prompt_tokens = active.prompt_tokens;
+  event.completion_tokens = active.completion_tokens;
+  event.cached_prompt_tokens = active.cached_prompt_tokens;
+  const auto now = Clock::now();
+  metrics_.update([&](MetricsSnapshot& m) {
+    m.e2e_latency.observe(std::chrono::duration<double>(now - active.arrival).count());
+    if (active.completion_tokens > 1) {
+      m.time_per_output_token.observe(std::chrono::duration<double>(now - active.first_token).count() /
+                                      double(active.completion_tokens - 1));
+    }
+    switch (reason) {
+      case FinishReason::Stop: ++m.requests_stop; break;
+      case FinishReason::Length: ++m.requests_length; break;
+      case FinishReason::Abort: ++m.requests_abort; break;
+      default: ++m.requests_error; break;
+    }
+  });
+  active.stream->push(std::move(event));
+  active_.erase(id);
+}
+
+void AsyncEngine::process(const std::vector<RequestOutput>& outputs) {
+  const auto now = Clock::now();
+  int64_t generated = 0;
+  for (const RequestOutput& out : outputs) {
+    const auto it = active_.find(out.id);
+    if (it == active_.end()) continue;
+    Active& active = it->second;
+    GenerationEvent event;
+    for (const SampleResult& sample : out.new_tokens) {
+      if (active.completion_tokens++ == 0) {
+        active.first_token = now;
+        metrics_.update([&](MetricsSnapshot& m) {
+          m.time_to_first_token.observe(std::chrono::duration<double>(now - active.arrival).count());
+        });
+      }
+      ++generated;
+      GeneratedToken token{sample.token, sample.logprob, {}};
+      if (active.logprobs) token.top_logprobs = sample.top_logprobs;
+      event.tokens.push_back(std::move(token));
+      event.text += active.text.push(sample.token);
+    }
+    event.completion_tokens = active.completion_tokens;
+    event.prompt_tokens = active.prompt_tokens;
+    if (active.text.stopped()) {
+      event.matched_stop = active.text.matched_stop();
+      if (!out.finished) engine_.finish_request(out.id, FinishReason::Stop);
+      finish(out.id, active, std::move(event), FinishReason::Stop);
+    } else if (out.finished) {
+      event.text += active.text.finish();
+      finish(out.id, active, std::move(event), out.finish_reason);
+    } else {
+      active.stream->push(std::move(event));
+    }
+  }
+  metrics_.update([&](MetricsSnapshot& m) { m.generation_tokens += generated; });
+}
+
+void AsyncEngine::publish_gauges() {
+  const Scheduler& s = engine_.scheduler();
+  const KVCacheManager& kv = engine_.kv();
+  num_waiting_.store(int64_t(s.num_waiting()));
+  metrics_.update([&](MetricsSnapshot& m) {
+    m.num_running = int64_t(s.num_running());
+    m.num_waiting = int64_t(s.num_waiting());
+    m.kv_blocks_used = kv.num_used_blocks();
+    m.kv_blocks_total = kv.num_blocks();
+    m.kv_blocks_cached = kv.num_cached_blocks();
+    m.preemptions = s.num_preemptions();
+    m.prefix_query_tokens = kv.prefix_query_tokens();
+    m.prefix_hit_tokens = kv.prefix_hit_tokens();
+  });
+}
+
+void AsyncEngine::loop() {
+  for (;;) {
+    std::vector<Pending> arrivals;
+    std::vector<RequestId> aborts;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!engine_.has_unfinished() && inbox_.empty() && aborts_.empty()) {
+        busy_ = false;
+        idle_.notify_all();
+        wake_.wait(lock, [&] { return stopping_ || !inbox_.empty() || !aborts_.empty(); });
+      }
+      if (stopping_) break;
+      busy_ = true;
+      arrivals.swap(inbox_);
+      aborts.swap(aborts_);
+    }
+    for (RequestId id : aborts) {
+      const auto it = active_.find(id);
+      if (it == active_.end()) continue;
+      engine_.abort_request(id);
+      finish(id, it->second, GenerationEvent{}, FinishReason::Abort);
+    }
+    for (Pending& p : arrivals) admit(std::move(p));
+    if (!engine_.has_unfinished()) {
+      publish_gauges();
+      continue;
+    }
+    try {
+      const std::vector<RequestOutput> outputs = engine_.step();
+      const auto now = Clock::now();
+      for (RequestId id : engine_.last_step().admitted) {
+        const auto it = active_.find(id);
+        if (it == active_.end() || it->second.admitted) continue;
+        it->second.admitted = true;
+        const auto* request = engine_.scheduler().find(id);
+        if (request != nullptr) it->second.cached_prompt_tokens = request->num_computed_tokens;
+        metrics_.update([&](MetricsSnapshot& m) {
+          m.queue_time.observe(std::chrono::duration<double>(now - it->second.arrival).count());
+          m.prompt_tokens += it->second.prompt_tokens;
+        });
+      }
+      process(outputs);
+    } catch (const std::exception& e) {
+      // A failed step (out of memory, a kernel error) fails the requests in flight, not the server.
+      for (RequestId id : engine_.finish_all(FinishReason::Error)) {
+        const auto it = active_.find(id);
+        if (it == active_.end()) continue;
+        GenerationEvent event;
+        event.error = e.what();
+        finish(id, it->second, std::move(event), FinishReason::Error);
+      }
+    }
+    publish_gauges();
+  }
+  // Shutting down: tell every consumer.
+  for (auto& [id, active] : active_) {
+    GenerationEvent event;
+    event.finished = true;
+    event.finish_reason = FinishReason::Abort;
+    active.stream->push(std::move(event));
+  }
+  active_.clear();
+}
+
+}  // namespace kestrel

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   kestrel::cli::register_perplexity(app);
   kestrel::cli::register_convert(app);
   kestrel::cli::register_quantize(app);
+  kestrel::cli::register_serve(app);
+  kestrel::cli::register_batch(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

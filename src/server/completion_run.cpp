@@ -1,0 +1,84 @@
+#include "server/completion_run.h"
+
+#include <random>
+
+#include <fmt/format.h>
+
+#include "server/api_error.h"
+
+namespace kestrel::server {
+
+CompletionRun::CompletionRun(AsyncEngine& engine, const ParsedRequest& r) : engine_(engine) {
+  std::random_device entropy;
+  try {
+    for (const auto& prompt : r.prompts) {
+      prompt_tokens_ += int64_t(prompt.size());
+      RequestId first_choice = 0;
+      for (int j = 0; j < r.n; ++j) {
+        GenerateRequest g;
+        g.prompt = prompt;
+        g.sampling = r.sampling;
+        g.sampling.top_logprobs = r.top_logprobs;
+        // Choice j of a seeded request uses seed + j: reproducible, yet the choices differ.
+        g.sampling.seed = r.seeded ? r.sampling.seed + uint64_t(j)
+                                   : (uint64_t(entropy()) << 32 | uint64_t(entropy()));
+        g.max_tokens = r.max_tokens >= 0 ? r.max_tokens
+                                         : std::max<int64_t>(1, engine.max_model_len() - int64_t(prompt.size()));
+        g.stop = r.stop;
+        g.priority = r.priority;
+        g.ignore_eos = r.ignore_eos;
+        g.prefix_source = first_choice;  // choices after the first share the prompt's blocks
+        streams_.push_back(engine.submit(g));
+        finished_.push_back(false);
+        if (j == 0) first_choice = streams_.back()->id();
+      }
+    }
+  } catch (const RequestRejected& e) {
+    for (const auto& s : streams_) engine_.abort(s->id());
+    streams_.clear();
+    if (e.reason() == RejectReason::QueueFull) {
+      throw ApiError(503, std::string("the server is overloaded: ") + e.what(), "server_overloaded");
+    }
+    throw ApiError(400, e.what(), "invalid_request_error", "", "context_length_exceeded");
+  }
+}
+
+CompletionRun::~CompletionRun() {
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    if (!finished_[i]) engine_.abort(streams_[i]->id());
+  }
+}
+
+bool CompletionRun::pump(std::chrono::milliseconds timeout,
+                         const std::function<void(int, GenerationEvent&)>& on_event) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    bool delivered = false;
+    bool all_done = true;
+    for (size_t i = 0; i < streams_.size(); ++i) {
+      if (finished_[i]) continue;
+      GenerationEvent event;
+      while (!finished_[i] && streams_[i]->next(&event, std::chrono::milliseconds(0))) {
+        delivered = true;
+        finished_[i] = event.finished;
+        on_event(int(i), event);
+      }
+      all_done = all_done && finished_[i];
+    }
+    if (all_done) return true;
+    if (delivered || std::chrono::steady_clock::now() >= deadline) return false;
+    // Sleep on the first unfinished stream; with several choices wake often to serve the others.
+    for (size_t i = 0; i < streams_.size(); ++i) {
+      if (finished_[i]) continue;
+      GenerationEvent event;
+      const auto wait = streams_.size() == 1 ? timeout : std::chrono::milliseconds(5);
+      if (streams_[i]->next(&event, wait)) {
+        finished_[i] = event.finished;
+        on_event(int(i), event);
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace kestrel::server

@@ -1,0 +1,226 @@
+#include "server/openai_request.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "server/api_error.h"
+
+namespace kestrel::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, "invalid_request_error", param);
+}
+
+const json* field(const json& body, const char* name) {
+  const auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+double number(const json& body, const char* name, double fallback, double lo, double hi) {
+  const json* v = field(body, name);
+  if (v == nullptr) return fallback;
+  if (!v->is_number()) bad(name, fmt::format("'{}' must be a number", name));
+  const double x = v->get<double>();
+  if (!(x >= lo && x <= hi)) bad(name, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, x));
+  return x;
+}
+
+int64_t integer(const json& body, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+  const json* v = field(body, name);
+  if (v == nullptr) return fallback;
+  if (!v->is_number_integer()) bad(name, fmt::format("'{}' must be an integer", name));
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi) bad(name, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, x));
+  return x;
+}
+
+bool boolean(const json& body, const char* name, bool fallback) {
+  const json* v = field(body, name);
+  if (v == nullptr) return fallback;
+  if (!v->is_boolean()) bad(name, fmt::format("'{}' must be true or false", name));
+  return v->get<bool>();
+}
+
+std::vector<TokenId> token_list(const json& array, const Tokenizer& tokenizer) {
+  std::vector<TokenId> tokens;
+  for (const json& t : array) {
+    if (!t.is_number_integer()) bad("prompt", "a token prompt must be a list of integers");
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id >= tokenizer.vocab_size()) {
+      bad("prompt", fmt::format("token id {} is outside the vocabulary (size {})", id, tokenizer.vocab_size()));
+    }
+    tokens.push_back(TokenId(id));
+  }
+  return tokens;
+}
+
+// Fields shared by both endpoints.
+void parse_common(const json& body, ParsedRequest& r) {
+  if (!body.is_object()) bad("", "the request body must be a JSON object");
+  if (const json* m = field(body, "model")) {
+    if (!m->is_string()) bad("model", "'model' must be a string");
+    r.model = m->get<std::string>();
+  }
+  r.n = int(integer(body, "n", 1, 1, 16));
+  r.stream = boolean(body, "stream", false);
+  if (const json* options = field(body, "stream_options")) {
+    if (!options->is_object()) bad("stream_options", "'stream_options' must be an object");
+    if (!r.stream) bad("stream_options", "'stream_options' is only allowed with stream=true");
+    r.include_usage = boolean(*options, "include_usage", false);
+  }
+  SamplingParams& s = r.sampling;
+  s.temperature = float(number(body, "temperature", 1.0, 0.0, 2.0));
+  s.top_p = float(number(body, "top_p", 1.0, 0.0, 1.0));
+  if (s.top_p <= 0.0f) bad("top_p", "'top_p' must be greater than 0");
+  s.top_k = int(integer(body, "top_k", 0, -1, 1 << 30));
+  if (s.top_k < 0) s.top_k = 0;  // vLLM uses -1 for "off"
+  s.min_p = float(number(body, "min_p", 0.0, 0.0, 1.0));
+  s.presence_penalty = float(number(body, "presence_penalty", 0.0, -2.0, 2.0));
+  s.frequency_penalty = float(number(body, "frequency_penalty", 0.0, -2.0, 2.0));
+  s.repetition_penalty = float(number(body, "repetition_penalty", 1.0, 0.01, 10.0));
+  // OpenAI semantics: penalties look at everything generated so far.
+  s.penalty_last_n = -1;
+  if (const json* seed = field(body, "seed")) {
+    if (!seed->is_number_integer()) bad("seed", "'seed' must be an integer");
+    s.seed = uint64_t(seed->get<int64_t>());
+    r.seeded = true;
+  }
+  if (const json* stop = field(body, "stop")) {
+    if (stop->is_string()) {
+      r.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const json& item : *stop) {
+        if (!item.is_string()) bad("stop", "'stop' must be a string or a list of strings");
+        r.stop.push_back(item.get<std::string>());
+      }
+    } else {
+      bad("stop", "'stop' must be a string or a list of strings");
+    }
+    if (r.stop.size() > 16) bad("stop", "at most 16 stop strings are allowed");
+  }
+  r.ignore_eos = boolean(body, "ignore_eos", false);
+  r.priority = int(integer(body, "priority", 0, -1000000, 1000000));
+  if (const json* bias = field(body, "logit_bias"); bias != nullptr && !bias->empty()) {
+    bad("logit_bias", "'logit_bias' is not supported");
+  }
+  if (const json* best_of = field(body, "best_of"); best_of != nullptr && *best_of != json(r.n)) {
+    bad("best_of", "'best_of' other than n is not supported");
+  }
+}
+
+}  // namespace
+
+ParsedRequest parse_completion_request(const json& body, const Tokenizer& tokenizer) {
+  ParsedRequest r;
+  r.endpoint = Endpoint::Completions;
+  parse_common(body, r);
+  r.max_tokens = integer(body, "max_tokens", 16, 1, int64_t(1) << 31);
+  r.echo = boolean(body, "echo", false);
+  if (const json* logprobs = field(body, "logprobs")) {
+    if (!logprobs->is_number_integer()) bad("logprobs", "'logprobs' must be an integer from 0 to 20");
+    r.top_logprobs = int(integer(body, "logprobs", 0, 0, 20));
+  }
+  if (field(body, "suffix") != nullptr) bad("suffix", "'suffix' is not supported");
+
+  const json* prompt = field(body, "prompt");
+  if (prompt == nullptr) bad("prompt", "'prompt' is required");
+  auto add_text = [&](const std::string& text) {
+    r.prompt_texts.push_back(text);
+    r.prompts.push_back(tokenizer.encode(text, /*add_special=*/true, /*parse_special=*/true));
+  };
+  if (prompt->is_string()) {
+    add_text(prompt->get<std::string>());
+  } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number_integer()) {
+    r.prompts.push_back(token_list(*prompt, tokenizer));
+    r.prompt_texts.push_back(tokenizer.decode(r.prompts.back(), false));
+  } else if (prompt->is_array() && !prompt->empty()) {
+    for (const json& item : *prompt) {
+      if (item.is_string()) {
+        add_text(item.get<std::string>());
+      } else if (item.is_array()) {
+        r.prompts.push_back(token_list(item, tokenizer));
+        r.prompt_texts.push_back(tokenizer.decode(r.prompts.back(), false));
+      } else {
+        bad("prompt", "'prompt' must be a string, a list of strings, or token lists");
+      }
+    }
+  } else {
+    bad("prompt", "'prompt' must be a non-empty string, list of strings, or token list");
+  }
+  if (r.prompts.size() * size_t(r.n) > 64) bad("prompt", "at most 64 prompts x n per request");
+  for (const auto& p : r.prompts) {
+    if (p.empty()) bad("prompt", "the prompt is empty (and the model adds no BOS token)");
+  }
+  return r;
+}
+
+ParsedRequest parse_chat_request(const json& body, const Tokenizer& tokenizer,
+                                 const chat::ChatTemplate* chat_template) {
+  ParsedRequest r;
+  r.endpoint = Endpoint::ChatCompletions;
+  parse_common(body, r);
+  const int64_t max_completion = integer(body, "max_completion_tokens", -1, 1, int64_t(1) << 31);
+  r.max_tokens = integer(body, "max_tokens", max_completion, 1, int64_t(1) << 31);
+  if (boolean(body, "logprobs", false)) {
+    r.top_logprobs = int(integer(body, "top_logprobs", 0, 0, 20));
+  } else if (field(body, "top_logprobs") != nullptr) {
+    bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  }
+  const json* messages = field(body, "messages");
+  if (messages == nullptr || !messages->is_array() || messages->empty()) {
+    bad("messages", "'messages' must be a non-empty list");
+  }
+  // Normalise content given as a list of parts into one string (text parts only).
+  json normalized = json::array();
+  for (const json& m : *messages) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      bad("messages", "each message must be an object with a string 'role'");
+    }
+    json copy = m;
+    if (m.contains("content") && m["content"].is_array()) {
+      std::string text;
+      for (const json& part : m["content"]) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          bad("messages", "only text content parts are supported");
+        }
+        text += part["text"].get<std::string>();
+      }
+      copy["content"] = text;
+    } else if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null()) {
+      bad("messages", "message 'content' must be a string or a list of text parts");
+    }
+    normalized.push_back(std::move(copy));
+  }
+  if (chat_template == nullptr) {
+    bad("messages",
+        "this model has no chat template (tokenizer.chat_template); use /v1/completions, or start "
+        "the server with --chat-template NAME|FILE");
+  }
+  chat::ChatTemplateOptions options;
+  options.add_generation_prompt = boolean(body, "add_generation_prompt", true);
+  const auto& vocab = tokenizer.vocab();
+  if (vocab.bos_id >= 0) options.bos_token = tokenizer.token_to_piece(vocab.bos_id, true);
+  if (vocab.eos_id >= 0) options.eos_token = tokenizer.token_to_piece(vocab.eos_id, true);
+  if (const json* tools = field(body, "tools")) options.tools = *tools;
+  if (const json* kwargs = field(body, "chat_template_kwargs")) {
+    if (!kwargs->is_object()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    options.extra_context = *kwargs;
+  }
+  std::string prompt;
+  try {
+    prompt = chat_template->render(normalized, options);
+  } catch (const Error& e) {
+    bad("messages", fmt::format("the chat template failed: {}", e.what()));
+  }
+  r.prompt_texts.push_back(prompt);
+  // The template writes BOS itself when the model wants one.
+  r.prompts.push_back(tokenizer.encode(prompt, /*add_special=*/false, /*parse_special=*/true));
+  if (r.prompts.back().empty()) bad("messages", "the rendered chat prompt is empty");
+  return r;
+}
+
+}  // namespace kestrel::server

@@ -1,0 +1,44 @@
+// Parsing and validation of OpenAI /v1/completions and /v1/chat/completions request bodies into
+// what the engine needs. Every bad field is an ApiError(400) naming the parameter.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "chat/chat_template.h"
+#include "sample/sampling_params.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kestrel::server {
+
+enum class Endpoint { Completions, ChatCompletions };
+
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::Completions;
+  std::string model;                        // as given (may be empty)
+  std::vector<std::vector<TokenId>> prompts;  // completions may carry several; chat exactly one
+  std::vector<std::string> prompt_texts;    // for echo
+  int64_t max_tokens = -1;                  // -1: until the context is full
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;
+  bool echo = false;
+  SamplingParams sampling;
+  bool seeded = false;                      // the client gave a seed
+  int top_logprobs = -1;                    // -1: no logprobs
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  int priority = 0;
+};
+
+ParsedRequest parse_completion_request(const nlohmann::ordered_json& body, const Tokenizer& tokenizer);
+// `chat_template` null means the model has none: chat requests are then a 400 with a clear message.
+// The body is parsed with key order kept: templates that serialise messages (tojson) see them as
+// the client sent them, as transformers does.
+ParsedRequest parse_chat_request(const nlohmann::ordered_json& body, const Tokenizer& tokenizer,
+                                 const chat::ChatTemplate* chat_template);
+
+}  // namespace kestrel::server

@@ -1,0 +1,149 @@
+#include "server/openai_response.h"
+
+namespace kestrel::server {
+namespace {
+
+using json = nlohmann::json;
+
+json bytes_of(const std::string& s) {
+  json out = json::array();
+  for (unsigned char c : s) out.push_back(int(c));
+  return out;
+}
+
+const char* object_name(const ParsedRequest& r, bool chunk) {
+  if (r.endpoint == Endpoint::Completions) return "text_completion";
+  return chunk ? "chat.completion.chunk" : "chat.completion";
+}
+
+// finish_reason is null until the choice ends.
+json finish_json(FinishReason reason) {
+  const char* name = openai_finish_reason(reason);
+  return name == nullptr ? json(nullptr) : json(name);
+}
+
+json logprobs_for(const ParsedRequest& r, const std::vector<GeneratedToken>& tokens,
+                  const Tokenizer& tokenizer, size_t text_offset) {
+  if (r.top_logprobs < 0) return nullptr;
+  return r.endpoint == Endpoint::Completions ? completion_logprobs(tokens, tokenizer, text_offset)
+                                             : chat_logprobs(tokens, tokenizer);
+}
+
+}  // namespace
+
+const char* openai_finish_reason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Abort: return "abort";
+    case FinishReason::Error: return "error";
+    case FinishReason::None: return nullptr;
+  }
+  return nullptr;
+}
+
+json completion_logprobs(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer,
+                         size_t text_offset) {
+  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+  for (const GeneratedToken& t : tokens) {
+    const std::string piece = tokenizer.token_to_piece(t.id, true);
+    out["tokens"].push_back(piece);
+    out["token_logprobs"].push_back(t.logprob);
+    json top = json::object();
+    for (const TokenLogprob& alt : t.top_logprobs) top[tokenizer.token_to_piece(alt.token, true)] = alt.logprob;
+    out["top_logprobs"].push_back(top);
+    out["text_offset"].push_back(text_offset);
+    text_offset += piece.size();
+  }
+  return out;
+}
+
+json chat_logprobs(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer) {
+  json content = json::array();
+  for (const GeneratedToken& t : tokens) {
+    const std::string piece = tokenizer.token_to_piece(t.id, true);
+    json top = json::array();
+    for (const TokenLogprob& alt : t.top_logprobs) {
+      const std::string alt_piece = tokenizer.token_to_piece(alt.token, true);
+      top.push_back({{"token", alt_piece}, {"logprob", alt.logprob}, {"bytes", bytes_of(alt_piece)}});
+    }
+    content.push_back({{"token", piece}, {"logprob", t.logprob}, {"bytes", bytes_of(piece)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+}
+
+json completion_response(const ParsedRequest& r, const std::vector<ChoiceResult>& choices,
+                         const Tokenizer& tokenizer, const std::string& id, int64_t created,
+                         const std::string& model, int64_t prompt_tokens, int64_t cached_tokens) {
+  json out_choices = json::array();
+  int64_t completion_tokens = 0;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    completion_tokens += c.completion_tokens;
+    const std::string prefix = r.echo ? r.prompt_texts[i / size_t(r.n)] : "";
+    json choice = {{"index", i}, {"logprobs", logprobs_for(r, c.tokens, tokenizer, prefix.size())},
+                   {"finish_reason", finish_json(c.finish_reason)}};
+    if (r.endpoint == Endpoint::Completions) {
+      choice["text"] = prefix + c.text;
+    } else {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    }
+    out_choices.push_back(std::move(choice));
+  }
+  return {{"id", id},
+          {"object", object_name(r, false)},
+          {"created", created},
+          {"model", model},
+          {"choices", out_choices},
+          {"usage", usage_json(prompt_tokens, completion_tokens, cached_tokens)}};
+}
+
+json stream_chunk(const ParsedRequest& r, int index, const std::string& text,
+                  const std::vector<GeneratedToken>& tokens, FinishReason finish,
+                  const Tokenizer& tokenizer, const std::string& id, int64_t created,
+                  const std::string& model, size_t text_offset, bool first_chat_chunk) {
+  json choice = {{"index", index},
+                 {"logprobs", logprobs_for(r, tokens, tokenizer, text_offset)},
+                 {"finish_reason", finish_json(finish)}};
+  if (r.endpoint == Endpoint::Completions) {
+    choice["text"] = text;
+  } else {
+    json delta = json::object();
+    if (first_chat_chunk) delta["role"] = "assistant";
+    if (!text.empty() || first_chat_chunk) delta["content"] = text;
+    choice["delta"] = delta;
+  }
+  json chunk = {{"id", id}, {"object", object_name(r, true)}, {"created", created},
+                {"model", model}, {"choices", json::array({choice})}};
+  if (r.include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+json usage_chunk(const ParsedRequest& r, const std::string& id, int64_t created, const std::string& model,
+                 int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
+  return {{"id", id}, {"object", object_name(r, true)}, {"created", created}, {"model", model},
+          {"choices", json::array()}, {"usage", usage_json(prompt_tokens, completion_tokens, cached_tokens)}};
+}
+
+json error_json(int status, const std::string& message, const std::string& type,
+                const std::string& param, const std::string& code) {
+  return {{"error",
+           {{"message", message},
+            {"type", type},
+            {"param", param.empty() ? json(nullptr) : json(param)},
+            {"code", code.empty() ? json(status) : json(code)}}}};
+}
+
+std::string dump_json(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace kestrel::server

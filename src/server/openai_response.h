@@ -1,0 +1,56 @@
+// Building OpenAI-format response bodies and stream chunks.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/async_engine.h"
+#include "server/openai_request.h"
+
+namespace kestrel::server {
+
+// Everything one choice produced, accumulated from its GenerationEvents.
+struct ChoiceResult {
+  std::string text;
+  std::vector<GeneratedToken> tokens;
+  FinishReason finish_reason = FinishReason::None;
+  std::string error;
+  int64_t completion_tokens = 0;
+};
+
+const char* openai_finish_reason(FinishReason reason);
+
+// Completions logprobs: {tokens, token_logprobs, top_logprobs, text_offset}.
+nlohmann::json completion_logprobs(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer,
+                                   size_t text_offset);
+// Chat logprobs: {content: [{token, logprob, bytes, top_logprobs: [...]}, ...]}.
+nlohmann::json chat_logprobs(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer);
+
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
+
+// A full non-streaming response.
+nlohmann::json completion_response(const ParsedRequest& request, const std::vector<ChoiceResult>& choices,
+                                   const Tokenizer& tokenizer, const std::string& id, int64_t created,
+                                   const std::string& model, int64_t prompt_tokens,
+                                   int64_t cached_tokens);
+
+// One stream chunk for choice `index` with new text/tokens (finish_reason null unless finished).
+nlohmann::json stream_chunk(const ParsedRequest& request, int index, const std::string& text,
+                            const std::vector<GeneratedToken>& tokens, FinishReason finish,
+                            const Tokenizer& tokenizer, const std::string& id, int64_t created,
+                            const std::string& model, size_t text_offset, bool first_chat_chunk);
+
+// The final usage-only chunk (stream_options.include_usage).
+nlohmann::json usage_chunk(const ParsedRequest& request, const std::string& id, int64_t created,
+                           const std::string& model, int64_t prompt_tokens,
+                           int64_t completion_tokens, int64_t cached_tokens);
+
+nlohmann::json error_json(int status, const std::string& message, const std::string& type,
+                          const std::string& param, const std::string& code);
+
+// JSON text with invalid UTF-8 (a token that is half a character) replaced, never thrown on.
+std::string dump_json(const nlohmann::json& value);
+
+}  // namespace kestrel::server

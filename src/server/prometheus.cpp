@@ -1,0 +1,62 @@
+#include "server/prometheus.h"
+
+#include <fmt/format.h>
+
+namespace kestrel::server {
+namespace {
+
+void metric_header(std::string& out, const char* name, const char* type, const char* help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+void scalar(std::string& out, const char* name, const char* type, const char* help,
+            const std::string& labels, double value) {
+  metric_header(out, name, type, help);
+  out += fmt::format("{}{{{}}} {}\n", name, labels, value);
+}
+
+void histogram(std::string& out, const char* name, const char* help, const std::string& labels,
+               const Histogram& h) {
+  metric_header(out, name, "histogram", help);
+  const auto counts = h.cumulative_counts();
+  for (size_t i = 0; i < counts.size(); ++i) {
+    out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, h.upper_bounds()[i], counts[i]);
+  }
+  out += fmt::format("{}_bucket{{{},le=\"+Inf\"}} {}\n", name, labels, h.count());
+  out += fmt::format("{}_sum{{{}}} {}\n", name, labels, h.sum());
+  out += fmt::format("{}_count{{{}}} {}\n", name, labels, h.count());
+}
+
+}  // namespace
+
+std::string render_prometheus(const MetricsSnapshot& m, const std::string& model_name) {
+  std::string labels = fmt::format("model_name=\"{}\"", model_name);
+  std::string out;
+  histogram(out, "kestrel_time_to_first_token_seconds", "Time from arrival to the first generated token.", labels, m.time_to_first_token);
+  histogram(out, "kestrel_time_per_output_token_seconds", "Mean time between generated tokens of a request.", labels, m.time_per_output_token);
+  histogram(out, "kestrel_e2e_request_latency_seconds", "Time from arrival to the end of a request.", labels, m.e2e_latency);
+  histogram(out, "kestrel_request_queue_time_seconds", "Time a request waited before its first scheduling.", labels, m.queue_time);
+  scalar(out, "kestrel_num_requests_running", "gauge", "Requests being computed.", labels, double(m.num_running));
+  scalar(out, "kestrel_num_requests_waiting", "gauge", "Requests waiting to be scheduled.", labels, double(m.num_waiting));
+  scalar(out, "kestrel_kv_cache_blocks_used", "gauge", "KV-cache blocks held by requests.", labels, double(m.kv_blocks_used));
+  scalar(out, "kestrel_kv_cache_blocks_total", "gauge", "KV-cache blocks in the pool.", labels, double(m.kv_blocks_total));
+  scalar(out, "kestrel_kv_cache_usage_ratio", "gauge", "Fraction of KV-cache blocks in use.", labels,
+         m.kv_blocks_total > 0 ? double(m.kv_blocks_used) / double(m.kv_blocks_total) : 0.0);
+  scalar(out, "kestrel_prefix_cache_blocks", "gauge", "Full blocks registered in the prefix cache.", labels, double(m.kv_blocks_cached));
+  scalar(out, "kestrel_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", labels, double(m.prefix_query_tokens));
+  scalar(out, "kestrel_prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.", labels, double(m.prefix_hit_tokens));
+  scalar(out, "kestrel_prefix_cache_hit_rate", "gauge", "Prefix-cache hits / queries (tokens).", labels,
+         m.prefix_query_tokens > 0 ? double(m.prefix_hit_tokens) / double(m.prefix_query_tokens) : 0.0);
+  scalar(out, "kestrel_prompt_tokens_total", "counter", "Prompt tokens admitted.", labels, double(m.prompt_tokens));
+  scalar(out, "kestrel_generation_tokens_total", "counter", "Tokens generated.", labels, double(m.generation_tokens));
+  scalar(out, "kestrel_num_preemptions_total", "counter", "Requests preempted for lack of KV blocks.", labels, double(m.preemptions));
+  metric_header(out, "kestrel_request_success_total", "counter", "Finished requests by finish reason.");
+  out += fmt::format("kestrel_request_success_total{{{},finished_reason=\"stop\"}} {}\n", labels, m.requests_stop);
+  out += fmt::format("kestrel_request_success_total{{{},finished_reason=\"length\"}} {}\n", labels, m.requests_length);
+  out += fmt::format("kestrel_request_success_total{{{},finished_reason=\"abort\"}} {}\n", labels, m.requests_abort);
+  scalar(out, "kestrel_request_failure_total", "counter", "Requests that failed in the engine.", labels, double(m.requests_error));
+  scalar(out, "kestrel_request_rejected_total", "counter", "Requests refused at submission (too long, queue full).", labels, double(m.requests_rejected));
+  return out;
+}
+
+}  // namespace kestrel::server

@@ -1,0 +1,112 @@
+// kestrel serve MODEL: the OpenAI-compatible HTTP server.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "chat/chat_template.h"
+#include "commands.h"
+#include "core/error.h"
+#include "engine/async_engine.h"
+#include "server/http_server.h"
+#include "server_options.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kestrel::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  EngineOptions engine;
+  server::ServerOptions http;
+  std::string chat_template;
+  std::string served_name;
+  int64_t max_queue = 256;
+};
+
+// The model's own template, or a named built-in / a file given on the command line.
+std::optional<chat::ChatTemplate> load_chat_template(const std::string& choice, const gguf::GgufFile& file) {
+  std::string source;
+  if (!choice.empty()) {
+    if (auto builtin = chat::builtin_chat_template(choice)) {
+      source = *builtin;
+    } else if (std::filesystem::exists(choice)) {
+      std::ifstream in(choice);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      source = ss.str();
+    } else {
+      fail("--chat-template '{}' is neither a built-in template ({}) nor a file", choice,
+           fmt::join(chat::builtin_chat_template_names(), ", "));
+    }
+  } else if (auto embedded = file.get_string("tokenizer.chat_template")) {
+    source = *embedded;
+  } else {
+    return std::nullopt;
+  }
+  return chat::ChatTemplate::parse(source);
+}
+
+void serve(ServeOptions& o) {
+  const auto model = Model::load(o.model);
+  const auto tokenizer = Tokenizer::from_gguf(model->file());
+  const std::optional<chat::ChatTemplate> chat_template = load_chat_template(o.chat_template, model->file());
+
+  // Block the stop signals in every thread; one thread waits for them and stops the server.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  AsyncEngineConfig config;
+  config.engine = make_engine_config(o.engine, *model);
+  config.max_queued_requests = o.max_queue;
+  AsyncEngine engine(*model, *tokenizer, config);
+  o.http.model_name = !o.served_name.empty() ? o.served_name
+                                             : std::filesystem::path(o.model).stem().string();
+  server::HttpServer http(engine, chat_template ? &*chat_template : nullptr, o.http);
+  const int port = http.bind();
+  fmt::print(stderr, "kestrel: serving '{}' on http://{}:{} ({} KV blocks of {} tokens, context {}{})\n",
+             o.http.model_name, o.http.host, port, resolve_num_kv_blocks(model->config(), config.engine),
+             config.engine.block_size, engine.max_model_len(),
+             chat_template ? "" : ", no chat template");
+  std::fflush(stderr);
+  std::thread stopper([&] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    http.stop();
+  });
+  http.serve();
+  // serve() also returns if the listener fails; make sure the signal thread ends too.
+  pthread_kill(stopper.native_handle(), SIGTERM);
+  stopper.join();
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto options = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  cmd->add_option("model", options->model, "GGUF model file")->required();
+  cmd->add_option("--host", options->http.host, "address to listen on");
+  cmd->add_option("--port", options->http.port, "port (0: any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", options->http.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+  cmd->add_option("--served-model-name", options->served_name, "model id in the API (default: file name)");
+  cmd->add_option("--chat-template", options->chat_template,
+                  "built-in template name or a Jinja file (default: the model's own)");
+  cmd->add_option("--max-queue", options->max_queue, "queued requests beyond which new ones get 503")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-body-bytes", options->http.max_body_bytes, "larger request bodies get 413");
+  cmd->add_option("--http-threads", options->http.http_threads, "connections served at once")
+      ->check(CLI::Range(2, 4096));
+  add_engine_options(*cmd, options->engine);
+  cmd->callback([options] { serve(*options); });
+}
+
+}  // namespace kestrel::cli

@@ -1,0 +1,33 @@
+#include "server_options.h"
+
+#include "commands.h"
+#include "core/error.h"
+
+namespace kestrel::cli {
+
+void add_engine_options(CLI::App& cmd, EngineOptions& o) {
+  cmd.add_option("-t,--threads", o.threads, "compute threads (default: all cores)")->check(CLI::Range(1, 1024));
+  cmd.add_option("-c,--ctx", o.ctx, "context length per request (default: the model's)")->check(CLI::Range(2, 1 << 24));
+  cmd.add_option("--kv-memory-mib", o.kv_memory_mib, "KV-cache memory, MiB")->check(CLI::Range(1, 1 << 24));
+  cmd.add_option("--kv-blocks", o.kv_blocks, "KV-cache blocks (overrides --kv-memory-mib)")->check(CLI::Range(1, 1 << 30));
+  cmd.add_option("--max-num-seqs", o.max_num_seqs, "sequences per step")->check(CLI::Range(1, 4096));
+  cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "tokens per step")->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--scheduler", o.scheduler, "continuous (default) or static (whole batches, for comparison)")
+      ->check(CLI::IsMember({"continuous", "static"}));
+  cmd.add_flag("--no-prefix-caching", o.no_prefix_caching, "do not reuse KV blocks of shared prefixes");
+}
+
+EngineConfig make_engine_config(const EngineOptions& o, const Model& model) {
+  EngineConfig c;
+  c.num_threads = o.threads > 0 ? o.threads : default_thread_count();
+  c.max_model_len = o.ctx > 0 ? o.ctx : model.config().n_ctx_train;
+  c.kv_memory_bytes = o.kv_memory_mib << 20;
+  c.num_kv_blocks = o.kv_blocks;
+  c.max_num_seqs = o.max_num_seqs;
+  c.max_num_batched_tokens = o.max_num_batched_tokens;
+  c.policy = o.scheduler == "static" ? SchedulingPolicy::Static : SchedulingPolicy::Continuous;
+  c.enable_prefix_caching = !o.no_prefix_caching;
+  return c;
+}
+
+}  // namespace kestrel::cli

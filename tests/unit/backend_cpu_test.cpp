@@ -488,5 +488,33 @@ TEST(CpuBackendAttention, TokenAloneEqualsTokenInMixedBatch) {
   }
 }
 
+// Contexts past one 512-position partition: a decode token alone is split across threads by
+// partition (flash-decoding), the same token inside a big batch is not; both must equal the naive
+// reference and each other bit for bit. Lengths up to 2,000, crossing partition boundaries.
+TEST(CpuBackendAttention, LongContextsSplitByPartitionMatchReferenceAndBatch) {
+  auto backend = make_cpu_backend(2);
+  std::mt19937 rng(10);
+  for (int window : {0, 700}) {
+    AttentionScenario s = make_scenario(*backend, rng, 64, 2, 16, window, {1, 511, 512, 513, 1100, 2000});
+    add_queries(s, rng);
+    const std::vector<float> batch = run_attention(*backend, s);
+    check_attention(s, batch);
+    const int64_t width = s.args.n_head * s.args.head_dim;
+    for (int64_t t = 0; t < s.args.num_tokens; t += 3) {
+      AttentionScenario single = s;
+      single.positions = {s.positions[size_t(t)]};
+      single.token_seq = {s.token_seq[size_t(t)]};
+      single.q.assign(s.q.begin() + t * width, s.q.begin() + (t + 1) * width);
+      single.args.num_tokens = 1;
+      single.args.positions = single.positions.data();
+      single.args.token_seq = single.token_seq.data();
+      single.args.block_tables = single.block_tables.data();
+      EXPECT_TRUE(same_bits(run_attention(*backend, single),
+                            std::vector<float>(batch.begin() + t * width, batch.begin() + (t + 1) * width)))
+          << "window " << window << " token " << t << " position " << s.positions[size_t(t)];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kestrel

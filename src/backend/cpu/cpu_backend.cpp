@@ -1,5 +1,8 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include "backend/cpu/attention_cpu.h"
+#include "backend/cpu/kernels.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,7 +16,8 @@ std::unique_ptr<Backend> make_cpu_backend(int num_threads) {
   return std::make_unique<CpuBackend>(num_threads);
 }
 
-CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {}
+CpuBackend::CpuBackend(int num_threads)
+    : pool_(num_threads), kernels_(&cpu::active_kernels()) {}
 
 void CpuBackend::matmul(const WeightView& w, const float* x, int64_t n, float* y) {
   const quant::WeightFormat& format = quant::require_format(w.type);
@@ -21,35 +25,38 @@ void CpuBackend::matmul(const WeightView& w, const float* x, int64_t n, float* y
   if (w.cols % format.block_size != 0 || w.cols % act_format.block_size != 0) {
     fail("matmul: row length {} is not a multiple of the {} block size", w.cols, dtype_name(w.type));
   }
+  const cpu::FormatKernels* kernels = cpu::find_kernels(*kernels_, w.type);
+  if (kernels == nullptr) fail("matmul: no CPU kernel for {} weights", dtype_name(w.type));
+  if (n <= 0 || w.rows <= 0) return;
   const int64_t weight_row_bytes = quant::row_bytes(format, w.cols);
-  const int64_t act_row_bytes = quant::row_bytes(act_format, w.cols);
+  const int64_t act_row_bytes = kernels->activation_row_bytes(w.cols);
 
-  // Convert every activation row once, not once per weight row.
-  const void* activations = x;
-  if (format.activation_type != DType::F32) {
-    activation_scratch_.resize(size_t(n * act_row_bytes));
-    pool_.parallel_for(n, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        act_format.quantize_row(x + t * w.cols, activation_scratch_.data() + t * act_row_bytes,
-                                w.cols);
-      }
-    });
-    activations = activation_scratch_.data();
+  // Convert every activation row once per call (not once per weight row), into 64-byte aligned
+  // rows in the layout the kernel reads.
+  activation_scratch_.resize(size_t(n * act_row_bytes) + 64);
+  uint8_t* activations = activation_scratch_.data();
+  activations += (64 - reinterpret_cast<uintptr_t>(activations) % 64) % 64;
+  auto convert = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      kernels->convert_activations(x + t * w.cols, activations + t * act_row_bytes, w.cols);
+    }
+  };
+  if (n * w.cols >= 16384) {
+    pool_.parallel_for(n, convert);
+  } else {
+    convert(0, n);
   }
 
+  // Each thread takes a contiguous range of weight rows and runs the tile kernel over it with
+  // every token, so each weight row is read from memory once per call whatever the batch size.
+  // A (row, token) result does not depend on the range it falls in (kernels.h), so results are
+  // the same for any thread count.
   const auto* weight_bytes = static_cast<const uint8_t*>(w.data);
-  const auto* act_bytes = static_cast<const uint8_t*>(activations);
-  // Each thread takes a range of weight rows and dots them with every token, so each weight row
-  // is read from memory once per call whatever the batch size.
   pool_.parallel_for(
       w.rows,
       [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-          const uint8_t* weight_row = weight_bytes + r * weight_row_bytes;
-          for (int64_t t = 0; t < n; ++t) {
-            y[t * w.rows + r] = format.vec_dot(weight_row, act_bytes + t * act_row_bytes, w.cols);
-          }
-        }
+        kernels->matmul_tile(weight_bytes + begin * weight_row_bytes, weight_row_bytes, end - begin,
+                             activations, act_row_bytes, n, w.cols, y + begin, w.rows);
       },
       16);
 }
@@ -129,45 +136,7 @@ void CpuBackend::kv_write(const KvLayerView& cache, const float* k, const float*
 
 void CpuBackend::paged_attention(const PagedAttentionArgs& args, const float* q,
                                  const KvLayerView& cache, float* out) {
-  const int group = args.n_head / args.n_kv_head;
-  const int64_t kv_width = int64_t(args.n_kv_head) * args.head_dim;
-  const int64_t q_width = int64_t(args.n_head) * args.head_dim;
-  // One work item per (token, head); each streams its sequence's K/V block by block with an
-  // online softmax, so no score matrix is ever materialised.
-  pool_.parallel_for(args.num_tokens * args.n_head, [&](int64_t begin, int64_t end) {
-    std::vector<float> acc(static_cast<size_t>(args.head_dim));
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / args.n_head;
-      const int h = int(item % args.n_head);
-      const int kv_head = h / group;
-      const float* qh = q + t * q_width + int64_t(h) * args.head_dim;
-      const int32_t* block_table =
-          args.block_tables + int64_t(args.token_seq[t]) * args.max_blocks_per_seq;
-      const int32_t last = args.positions[t];
-      const int32_t first = args.window > 0 ? std::max(0, last - args.window + 1) : 0;
-      float running_max = -INFINITY;
-      float running_sum = 0.0f;
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int32_t p = first; p <= last; ++p) {
-        const int64_t slot = int64_t(block_table[p / args.block_size]) * args.block_size +
-                             p % args.block_size;
-        const float* k = cache.k + slot * kv_width + int64_t(kv_head) * args.head_dim;
-        const float* v = cache.v + slot * kv_width + int64_t(kv_head) * args.head_dim;
-        float score = 0.0f;
-        for (int d = 0; d < args.head_dim; ++d) score += qh[d] * k[d];
-        score *= args.scale;
-        const float new_max = std::max(running_max, score);
-        const float correction = std::exp(running_max - new_max);
-        const float weight = std::exp(score - new_max);
-        running_sum = running_sum * correction + weight;
-        for (int d = 0; d < args.head_dim; ++d) acc[size_t(d)] = acc[size_t(d)] * correction + weight * v[d];
-        running_max = new_max;
-      }
-      float* dst = out + t * q_width + int64_t(h) * args.head_dim;
-      const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
-      for (int d = 0; d < args.head_dim; ++d) dst[d] = acc[size_t(d)] * inv;
-    }
-  });
+  cpu::paged_attention(pool_, args, q, cache, out);
 }
 
 }  // namespace kestrel

@@ -13,6 +13,8 @@
 namespace kestrel::chat {
 namespace {
 
+constexpr size_t kMaxTagTokens = 4000;
+
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
@@ -90,7 +92,8 @@ class Lexer {
     auto after = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
     size_t line_index = static_cast<size_t>(after - line_starts_.begin()) - 1;
     size_t line_start = line_starts_[line_index];
-    int column = 1 + static_cast<int>(pystr::length(std::string_view(src_).substr(line_start, offset - line_start)));
+    int column =
+        1 + static_cast<int>(pystr::length(std::string_view(src_).substr(line_start, offset - line_start)));
     return {static_cast<int>(line_index) + 1, column};
   }
 
@@ -110,8 +113,7 @@ class Lexer {
 
   size_t find_tag_start(size_t from) const {
     for (size_t i = src_.find('{', from); i != std::string::npos; i = src_.find('{', i + 1)) {
-      if (i + 1 < src_.size() && (src_[i + 1] == '{' || src_[i + 1] == '%' || src_[i + 1] == '#'))
-        return i;
+      if (i + 1 < src_.size() && (src_[i + 1] == '{' || src_[i + 1] == '%' || src_[i + 1] == '#')) return i;
     }
     return std::string::npos;
   }
@@ -210,7 +212,12 @@ class Lexer {
   // whether the end marker's match ended in a newline (jinja2's line_starting for lstrip_blocks).
   bool lex_tag(bool variable, size_t tag) {
     std::vector<char> brackets;
+    size_t first_token = tokens_.size();
     while (true) {
+      // Bounds the depth of the expression trees built from one tag (and so the recursion that
+      // parses, evaluates and frees them).
+      if (tokens_.size() - first_token > kMaxTagTokens)
+        fail(tag, fmt::format("tag too long (more than {} tokens)", kMaxTagTokens));
       if (pos_ >= src_.size())
         fail(tag, variable ? "unexpected end of template, expected end of print statement"
                            : "unexpected end of template, expected end of statement block");
@@ -290,19 +297,44 @@ class Lexer {
   // Digits with optional `_` separators starting at p; returns the end.
   size_t digits_end(size_t p, bool (*accept)(char)) const {
     size_t end = p;
-    while (end < src_.size() &&
-           (accept(src_[end]) || (src_[end] == '_' && end > p && end + 1 < src_.size() && accept(src_[end + 1]))))
+    while (end < src_.size() && (accept(src_[end]) || (src_[end] == '_' && end > p && end + 1 < src_.size() &&
+                                                       accept(src_[end + 1]))))
       ++end;
     return end;
   }
 
   void lex_number() {
     size_t start = pos_;
+    auto [line, column] = position(start);
+    Token token;
+    token.line = line;
+    token.column = column;
     auto dec = [](char ch) { return is_digit(ch); };
-    size_t int_end = digits_end(start, dec);
-    size_t end = int_end;
+    auto keep_digits = [&](size_t from, size_t to) {
+      std::string text;
+      for (size_t i = from; i < to; ++i)
+        if (src_[i] != '_') text += src_[i];
+      return text;
+    };
+    char prefix = start + 1 < src_.size() ? static_cast<char>(src_[start + 1] | 0x20) : '\0';
+    if (src_[start] == '0' && (prefix == 'x' || prefix == 'o' || prefix == 'b')) {
+      int base = prefix == 'x' ? 16 : prefix == 'o' ? 8 : 2;
+      auto hex = [](char ch) { return is_digit(ch) || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F'); };
+      size_t end = digits_end(start + 2, hex);
+      std::string text = keep_digits(start + 2, end);
+      token.type = TokenType::Integer;
+      auto result = std::from_chars(text.data(), text.data() + text.size(), token.integer, base);
+      if (text.empty() || result.ec != std::errc() || result.ptr != text.data() + text.size())
+        fail(start, "invalid integer literal");
+      token.value = src_.substr(start, end - start);
+      tokens_.push_back(std::move(token));
+      pos_ = end;
+      return;
+    }
+    size_t end = digits_end(start, dec);
     bool is_float = false;
-    if (end + 1 < src_.size() && src_[end] == '.' && is_digit(src_[end + 1]) && (start == 0 || src_[start - 1] != '.')) {
+    if (end + 1 < src_.size() && src_[end] == '.' && is_digit(src_[end + 1]) &&
+        (start == 0 || src_[start - 1] != '.')) {
       end = digits_end(end + 1, dec);
       is_float = true;
     }
@@ -314,32 +346,14 @@ class Lexer {
         is_float = true;
       }
     }
-    std::string text;
-    for (size_t i = start; i < end; ++i)
-      if (src_[i] != '_') text += src_[i];
-    Token token;
-    auto [line, column] = position(start);
-    token.line = line;
-    token.column = column;
+    std::string text = keep_digits(start, end);
     if (is_float) {
       token.type = TokenType::Float;
       token.number = std::strtod(text.c_str(), nullptr);
     } else {
-      int base = 10;
-      if (text.size() > 1 && text[0] == '0' && std::string("bBoOxX").find(text[1]) != std::string::npos) {
-        char b = static_cast<char>(text[1] | 0x20);
-        base = b == 'b' ? 2 : b == 'o' ? 8 : 16;
-        auto accept_hex = [](char ch) {
-          return is_digit(ch) || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
-        };
-        end = digits_end(start + 2, accept_hex);
-        text.clear();
-        for (size_t i = start + 2; i < end; ++i)
-          if (src_[i] != '_') text += src_[i];
-      }
       token.type = TokenType::Integer;
-      auto result = std::from_chars(text.data(), text.data() + text.size(), token.integer, base);
-      if (result.ec != std::errc() || text.empty()) fail(start, "integer literal out of range or malformed");
+      auto result = std::from_chars(text.data(), text.data() + text.size(), token.integer);
+      if (result.ec != std::errc()) fail(start, "integer literal out of range");
     }
     token.value = src_.substr(start, end - start);
     tokens_.push_back(std::move(token));
@@ -420,9 +434,7 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> tokenize(std::string_view source) {
-  return Lexer(normalize_newlines(source)).run();
-}
+std::vector<Token> tokenize(std::string_view source) { return Lexer(normalize_newlines(source)).run(); }
 
 std::string describe_token(const Token& token) {
   switch (token.type) {

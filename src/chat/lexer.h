@@ -16,10 +16,10 @@ enum class TokenType {
   BlockBegin,  // {%
   BlockEnd,    // %}
   Name,
-  String,      // value holds the unescaped string
+  String,  // value holds the unescaped string
   Integer,
   Float,
-  Operator,    // value holds the operator text: + - * / // % ** ~ == != < <= > >= = . , : | ( ) [ ] { } ;
+  Operator,  // value holds the operator text: + - * / // % ** ~ == != < <= > >= = . , : | ( ) [ ] { } ;
   End,
 };
 

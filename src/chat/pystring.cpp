@@ -82,9 +82,7 @@ bool is_cased(char32_t c) { return to_upper(c) != c || to_lower(c) != c || c == 
 
 namespace {
 
-bool in_chars(char32_t c, const std::u32string& chars) {
-  return chars.find(c) != std::u32string::npos;
-}
+bool in_chars(char32_t c, const std::u32string& chars) { return chars.find(c) != std::u32string::npos; }
 
 // One code point of `s` upper-cased, with Python's special case of ß -> SS.
 void append_upper(std::u32string& out, char32_t c) {
@@ -102,8 +100,7 @@ int64_t code_point_index(std::string_view s, size_t byte_offset) {
 
 }  // namespace
 
-std::string strip(std::string_view s, const std::optional<std::string>& chars, bool left,
-                  bool right) {
+std::string strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right) {
   std::u32string text = decode(s);
   std::u32string set = chars ? decode(*chars) : std::u32string();
   auto strippable = [&](char32_t c) { return chars ? in_chars(c, set) : is_space(c); };
@@ -115,8 +112,7 @@ std::string strip(std::string_view s, const std::optional<std::string>& chars, b
   return encode(std::u32string_view(text).substr(begin, end - begin));
 }
 
-std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep,
-                               int64_t maxsplit) {
+std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit) {
   std::vector<std::string> out;
   if (sep) {
     if (sep->empty()) script_error("empty separator");
@@ -136,9 +132,7 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
     while (i < n && is_space(text[i])) ++i;
     if (i == n) break;
     if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
-      size_t end = n;
-      while (end > i && is_space(text[end - 1])) --end;
-      out.push_back(encode(std::u32string_view(text).substr(i, end - i)));
+      out.push_back(encode(std::u32string_view(text).substr(i)));  // the rest keeps its trailing space
       break;
     }
     size_t start = i;
@@ -148,8 +142,7 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
   return out;
 }
 
-std::vector<std::string> rsplit(std::string_view s, const std::optional<std::string>& sep,
-                                int64_t maxsplit) {
+std::vector<std::string> rsplit(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit) {
   if (maxsplit < 0) return split(s, sep, maxsplit);
   std::vector<std::string> out;
   if (sep) {
@@ -170,9 +163,7 @@ std::vector<std::string> rsplit(std::string_view s, const std::optional<std::str
       while (i > 0 && is_space(text[i - 1])) --i;
       if (i == 0) break;
       if (static_cast<int64_t>(out.size()) == maxsplit) {
-        size_t begin = 0;
-        while (begin < i && is_space(text[begin])) ++begin;
-        out.push_back(encode(std::u32string_view(text).substr(begin, i - begin)));
+        out.push_back(encode(std::u32string_view(text).substr(0, i)));  // keeps its leading space
         break;
       }
       size_t end = i;
@@ -189,8 +180,8 @@ std::vector<std::string> splitlines(std::string_view s, bool keepends) {
   std::vector<std::string> out;
   size_t start = 0, i = 0;
   auto is_break = [](char32_t c) {
-    return c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E) ||
-           c == 0x85 || c == 0x2028 || c == 0x2029;
+    return c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E) || c == 0x85 ||
+           c == 0x2028 || c == 0x2029;
   };
   while (i < text.size()) {
     if (!is_break(text[i])) {
@@ -256,8 +247,7 @@ std::string capitalize(std::string_view s) {
   return encode(out);
 }
 
-std::string replace(std::string_view s, std::string_view old, std::string_view replacement,
-                    int64_t count) {
+std::string replace(std::string_view s, std::string_view old, std::string_view replacement, int64_t count) {
   std::string out;
   if (old.empty()) {
     // Python inserts the replacement around every code point.
@@ -313,8 +303,7 @@ namespace {
 
 bool printable(char32_t c) {
   if (c < 0x20 || (c >= 0x7F && c <= 0xA0) || c == 0xAD) return false;
-  if ((c >= 0x2000 && c <= 0x200F) || (c >= 0x2028 && c <= 0x202F) ||
-      (c >= 0x205F && c <= 0x206F))
+  if ((c >= 0x2000 && c <= 0x200F) || (c >= 0x2028 && c <= 0x202F) || (c >= 0x205F && c <= 0x206F))
     return false;
   if (c == 0x1680 || c == 0x180E || c == 0x3000 || c == 0xFEFF) return false;
   if ((c >= 0xD800 && c <= 0xF8FF) || (c >= 0xFFF0 && c <= 0xFFFB) || c > 0x10FFFF) return false;

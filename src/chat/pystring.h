@@ -23,17 +23,14 @@ bool is_cased(char32_t c);
 
 std::string strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right);
 // str.split(sep, maxsplit) / str.rsplit; no separator splits on runs of whitespace.
-std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep,
-                               int64_t maxsplit);
-std::vector<std::string> rsplit(std::string_view s, const std::optional<std::string>& sep,
-                                int64_t maxsplit);
+std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit);
+std::vector<std::string> rsplit(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit);
 std::vector<std::string> splitlines(std::string_view s, bool keepends);
 std::string upper(std::string_view s);
 std::string lower(std::string_view s);
 std::string title(std::string_view s);       // str.title()
 std::string capitalize(std::string_view s);  // str.capitalize()
-std::string replace(std::string_view s, std::string_view old, std::string_view replacement,
-                    int64_t count);
+std::string replace(std::string_view s, std::string_view old, std::string_view replacement, int64_t count);
 // str.find / str.rfind / str.count on code point positions (-1 when absent).
 int64_t find(std::string_view s, std::string_view needle, bool reverse);
 int64_t count(std::string_view s, std::string_view needle);

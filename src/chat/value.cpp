@@ -99,6 +99,13 @@ Value Value::from_json(const nlohmann::ordered_json& json) {
   }
 }
 
+Value Value::generator(ValueList items) {
+  Value v;
+  v.kind_ = Kind::Generator;
+  v.payload_ = std::make_shared<GeneratorData>(GeneratorData{std::move(items), 0});
+  return v;
+}
+
 int64_t Value::as_int() const {
   if (kind_ == Kind::Bool) return std::get<bool>(payload_) ? 1 : 0;
   return std::get<int64_t>(payload_);
@@ -117,6 +124,7 @@ const void* Value::identity() const {
     case Kind::Namespace: return std::get<std::shared_ptr<DictData>>(payload_).get();
     case Kind::Callable: return std::get<std::shared_ptr<CallableData>>(payload_).get();
     case Kind::Loop: return std::get<std::shared_ptr<LoopData>>(payload_).get();
+    case Kind::Generator: return std::get<std::shared_ptr<GeneratorData>>(payload_).get();
     default: return nullptr;
   }
 }
@@ -179,6 +187,7 @@ std::string python_type_name(const Value& v) {
     case Value::Kind::Namespace: return "TemplateNamespace";
     case Value::Kind::Callable: return "function";
     case Value::Kind::Loop: return "LoopContext";
+    case Value::Kind::Generator: return "generator";
   }
   return "object";
 }
@@ -268,13 +277,13 @@ std::string to_str(const Value& v) {
     case Value::Kind::Float: return float_repr(v.as_float());
     case Value::Kind::String: return v.as_string();
     case Value::Kind::List: return "[" + join_reprs(v.items()) + "]";
-    case Value::Kind::Tuple:
-      return "(" + join_reprs(v.items()) + (v.items().size() == 1 ? ",)" : ")");
+    case Value::Kind::Tuple: return "(" + join_reprs(v.items()) + (v.items().size() == 1 ? ",)" : ")");
     case Value::Kind::Dict: return dict_repr(v.dict_data());
     case Value::Kind::Namespace: return "<Namespace " + dict_repr(v.dict_data()) + ">";
     case Value::Kind::Callable: return "<function " + v.callable_data().name + ">";
     case Value::Kind::Loop:
       return fmt::format("<LoopContext {}/{}>", v.loop_data().index0 + 1, v.loop_data().items->size());
+    case Value::Kind::Generator: return "<generator object>";
   }
   return "";
 }
@@ -335,8 +344,8 @@ bool value_less(const Value& a, const Value& b) {
     }
     return x.size() < y.size();
   }
-  script_error(fmt::format("'<' not supported between instances of '{}' and '{}'",
-                           python_type_name(a), python_type_name(b)));
+  script_error(fmt::format("'<' not supported between instances of '{}' and '{}'", python_type_name(a),
+                           python_type_name(b)));
 }
 
 int64_t value_length(const Value& v) {
@@ -356,6 +365,13 @@ ValueList iterate(const Value& v) {
     case Value::Kind::Undefined: return {};
     case Value::Kind::List:
     case Value::Kind::Tuple: return v.items();
+    case Value::Kind::Generator: {
+      GeneratorData& g = v.generator_data();
+      ValueList rest(g.items.begin() + static_cast<long>(std::min(g.position, g.items.size())),
+                     g.items.end());
+      g.position = g.items.size();
+      return rest;
+    }
     case Value::Kind::Dict: {
       ValueList keys;
       for (const auto& entry : v.dict_data().entries) keys.push_back(entry.first);

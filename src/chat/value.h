@@ -7,13 +7,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace kestrel::chat {
 
@@ -26,9 +25,17 @@ class ScriptError : public std::runtime_error {
 
 [[noreturn]] void script_error(const std::string& message);
 
+// Thrown by the template's raise_exception(message) global; the interpreter turns it into a
+// ChatTemplateError whose message is exactly `message`.
+class TemplateRaise : public std::runtime_error {
+ public:
+  explicit TemplateRaise(const std::string& message) : std::runtime_error(message) {}
+};
+
 class Value;
 struct DictData;
 struct LoopData;
+struct GeneratorData;
 struct CallArgs;
 class Interpreter;
 
@@ -44,7 +51,19 @@ struct CallableData {
 class Value {
  public:
   enum class Kind : uint8_t {
-    Undefined, None, Bool, Int, Float, String, List, Tuple, Dict, Namespace, Callable, Loop
+    Undefined,
+    None,
+    Bool,
+    Int,
+    Float,
+    String,
+    List,
+    Tuple,
+    Dict,
+    Namespace,
+    Callable,
+    Loop,
+    Generator
   };
 
   Value() : kind_(Kind::Undefined), payload_(std::string()) {}
@@ -66,6 +85,9 @@ class Value {
   static Value namespace_object();
   static Value callable(std::string name, NativeFunction function);
   static Value loop(std::shared_ptr<LoopData> data);
+  // A one-shot iterator, as jinja2's select/map/... filters return: always true, no length, and
+  // empty once iterated.
+  static Value generator(ValueList items);
   static Value from_json(const nlohmann::ordered_json& json);
 
   Kind kind() const { return kind_; }
@@ -85,9 +107,10 @@ class Value {
   bool is_namespace() const { return kind_ == Kind::Namespace; }
   bool is_callable() const { return kind_ == Kind::Callable; }
   bool is_loop() const { return kind_ == Kind::Loop; }
+  bool is_generator() const { return kind_ == Kind::Generator; }
 
   bool as_bool() const { return std::get<bool>(payload_); }
-  int64_t as_int() const;  // Int or Bool
+  int64_t as_int() const;   // Int or Bool
   double as_float() const;  // any number
   const std::string& as_string() const { return std::get<std::string>(payload_); }
   const std::string& undefined_hint() const { return std::get<std::string>(payload_); }
@@ -95,6 +118,7 @@ class Value {
   DictData& dict_data() const { return *std::get<std::shared_ptr<DictData>>(payload_); }
   const CallableData& callable_data() const { return *std::get<std::shared_ptr<CallableData>>(payload_); }
   LoopData& loop_data() const { return *std::get<std::shared_ptr<LoopData>>(payload_); }
+  GeneratorData& generator_data() const { return *std::get<std::shared_ptr<GeneratorData>>(payload_); }
   // Identity of a shared object (for `is sameas`); null for plain values.
   const void* identity() const;
 
@@ -104,8 +128,8 @@ class Value {
  private:
   Kind kind_;
   bool markup_ = false;
-  std::variant<bool, int64_t, double, std::string, std::shared_ptr<ValueList>,
-               std::shared_ptr<DictData>, std::shared_ptr<CallableData>, std::shared_ptr<LoopData>>
+  std::variant<bool, int64_t, double, std::string, std::shared_ptr<ValueList>, std::shared_ptr<DictData>,
+               std::shared_ptr<CallableData>, std::shared_ptr<LoopData>, std::shared_ptr<GeneratorData>>
       payload_;
 };
 
@@ -124,6 +148,11 @@ struct LoopData {
   std::shared_ptr<const ValueList> items;
   size_t index0 = 0;
   int depth = 1;
+};
+
+struct GeneratorData {
+  ValueList items;
+  size_t position = 0;  // items before it were consumed
 };
 
 struct CallArgs {
@@ -151,7 +180,7 @@ bool values_equal(const Value& a, const Value& b);
 bool value_less(const Value& a, const Value& b);
 // len(v); raises for types without a length.
 int64_t value_length(const Value& v);
-// list(iter(v)): strings give characters, dicts their keys, undefined nothing.
+// list(iter(v)): strings give characters, dicts their keys, undefined nothing; consumes generators.
 ValueList iterate(const Value& v);
 
 }  // namespace kestrel::chat

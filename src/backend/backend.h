@@ -67,8 +67,16 @@ class Backend {
                     const RopeParams& params) = 0;
   // out = silu(gate) * up, elementwise over count values.
   virtual void silu_mul(const float* gate, const float* up, int64_t count, float* out) = 0;
+  // out = gelu_tanh(gate) * up (Gemma's gated MLP).
+  virtual void gelu_mul(const float* gate, const float* up, int64_t count, float* out) = 0;
   // x += y, elementwise.
   virtual void add(float* x, const float* y, int64_t count) = 0;
+  // x[t][j] += row[j] for each of n rows of `width` (a bias).
+  virtual void add_row(float* x, const float* row, int64_t n, int64_t width) = 0;
+  // x *= s, elementwise.
+  virtual void scale(float* x, float s, int64_t count) = 0;
+  // x = cap * tanh(x / cap) (logit soft-capping).
+  virtual void softcap(float* x, float cap, int64_t count) = 0;
   // Stores k[t], v[t] ([n][kv_width] each) at slot_mapping[t] of the layer's cache.
   virtual void kv_write(const KvLayerView& cache, const float* k, const float* v,
                         const int64_t* slot_mapping, int64_t n, int64_t kv_width) = 0;

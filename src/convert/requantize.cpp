@@ -1,9 +1,13 @@
 #include "convert/requantize.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
 #include "core/progress.h"
+#include "core/thread_pool.h"
 #include "loader/gguf_reader.h"
 #include "loader/gguf_writer.h"
 #include "quant/format.h"
@@ -11,65 +15,92 @@
 namespace kestrel {
 namespace {
 
-// llama.cpp's general.file_type values ("mostly X").
-uint32_t file_type_of(DType target) {
-  switch (target) {
-    case DType::F32: return 0;
-    case DType::F16: return 1;
-    case DType::Q4_0: return 2;
-    case DType::Q8_0: return 7;
-    case DType::BF16: return 32;
-    default: fail("cannot requantize to {}", dtype_name(target));
+// The model's layer count ({arch}.block_count; llama.cpp's n_layer), or, without it, one more
+// than the highest "blk.N." in the tensor names.
+int64_t layer_count(const gguf::GgufFile& file) {
+  if (const auto arch = file.get_string("general.architecture")) {
+    if (const auto count = file.get_uint(*arch + ".block_count")) return int64_t(*count);
   }
+  int64_t layers = 0;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    int layer = -1;
+    if (std::sscanf(t.name.c_str(), "blk.%d.", &layer) == 1) layers = std::max<int64_t>(layers, layer + 1);
+  }
+  return layers;
+}
+
+std::vector<uint8_t> reencode(ThreadPool& pool, const gguf::TensorInfo& t,
+                              const quant::WeightFormat& from, const quant::WeightFormat& to) {
+  const int64_t n = t.dims[0];
+  const int64_t rows = t.num_elements / n;
+  const int64_t in_row = quant::row_bytes(from, n);
+  const int64_t out_row = quant::row_bytes(to, n);
+  std::vector<uint8_t> bytes(size_t(rows * out_row));
+  pool.parallel_for(rows, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(static_cast<size_t>(n));
+    for (int64_t r = begin; r < end; ++r) {
+      from.dequantize_row(t.data + r * in_row, row.data(), n);
+      to.quantize_row(row.data(), bytes.data() + r * out_row, n);
+    }
+  });
+  return bytes;
 }
 
 }  // namespace
 
 DType requantize_type_for(DType target, int64_t row_length, size_t num_dims) {
   if (num_dims < 2) return DType::F32;
-  const quant::WeightFormat& format = quant::require_format(target);
-  if (row_length % format.block_size != 0) return DType::F16;
-  return target;
+  quant::require_format(target);
+  return quant_type_that_fits(target, row_length);
 }
 
 void requantize_gguf(const std::string& input_path, const std::string& output_path, DType target,
                      const std::function<void(const RequantizeNote&)>& on_tensor) {
-  const uint32_t file_type = file_type_of(target);
+  requantize_gguf(input_path, output_path, pure_quant_recipe(target), on_tensor);
+}
+
+void requantize_gguf(const std::string& input_path, const std::string& output_path,
+                     const QuantRecipe& recipe,
+                     const std::function<void(const RequantizeNote&)>& on_tensor,
+                     int num_threads) {
   const auto input = gguf::GgufFile::open(input_path);
+  std::vector<QuantTensorInfo> infos;
+  for (const gguf::TensorInfo& t : input->tensors()) infos.push_back({t.name, t.dims, t.type});
+  const std::vector<QuantChoice> plan = plan_quantization(recipe, infos, layer_count(*input));
+
+  // Check every tensor before the long part, so a bad input fails at once.
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const gguf::TensorInfo& t = input->tensors()[i];
+    if (plan[i].type == t.type) continue;
+    if (quant::find_format(t.type) == nullptr) {
+      fail("{}: tensor '{}' has type {}, which cannot be decoded to re-encode it as {}",
+           input_path, t.name, dtype_name(t.type), dtype_name(plan[i].type));
+    }
+    quant::require_format(plan[i].type);
+  }
+
   gguf::GgufWriter writer(input->alignment());
   for (const gguf::KeyValue& kv : input->metadata()) {
     if (kv.key != "general.alignment") writer.set(kv.key, kv.value);
   }
-  writer.set_u32("general.file_type", file_type);
+  writer.set_u32("general.file_type", recipe.file_type);
+  writer.set_u32("general.quantization_version", 2);  // GGML_QNT_VERSION, as llama-quantize writes
 
-  ProgressBar progress("quantizing", int64_t(input->tensors().size()));
-  int64_t done = 0;
-  std::vector<float> row;
-  for (const gguf::TensorInfo& t : input->tensors()) {
-    const DType to = requantize_type_for(target, t.dims[0], t.dims.size());
-    const quant::WeightFormat* from_format = quant::find_format(t.type);
-    if (from_format == nullptr) {
-      fail("{}: tensor '{}' has type {}, which cannot be re-encoded", input_path, t.name,
-           dtype_name(t.type));
-    }
-    if (to == t.type) {
+  if (num_threads <= 0) num_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  ThreadPool pool(num_threads);
+  ProgressBar progress("quantizing", int64_t(plan.size()));
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const gguf::TensorInfo& t = input->tensors()[i];
+    const QuantChoice& choice = plan[i];
+    if (choice.type == t.type) {
       writer.add_tensor_view(t.name, t.type, t.dims, std::span<const uint8_t>(t.data, t.num_bytes));
     } else {
-      const quant::WeightFormat& to_format = quant::require_format(to);
-      const int64_t n = t.dims[0];
-      const int64_t rows = t.num_elements / n;
-      const int64_t in_row = quant::row_bytes(*from_format, n);
-      const int64_t out_row = quant::row_bytes(to_format, n);
-      std::vector<uint8_t> bytes(size_t(rows * out_row));
-      row.resize(size_t(n));
-      for (int64_t r = 0; r < rows; ++r) {
-        from_format->dequantize_row(t.data + r * in_row, row.data(), n);
-        to_format.quantize_row(row.data(), bytes.data() + r * out_row, n);
-      }
-      writer.add_tensor(t.name, to, t.dims, std::move(bytes));
+      writer.add_tensor(t.name, choice.type, t.dims,
+                        reencode(pool, t, *quant::find_format(t.type),
+                                 quant::require_format(choice.type)));
     }
-    on_tensor({t.name, t.type, to, t.dims.size() >= 2 && to != target});
-    progress.update(++done);
+    on_tensor({t.name, t.type, choice.type, choice.quantized && choice.fallback(), choice.wanted});
+    progress.update(int64_t(i) + 1);
   }
   progress.finish();
   writer.write(output_path);

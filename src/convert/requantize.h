@@ -1,11 +1,14 @@
-// Re-encodes the weights of a GGUF model in another format (like llama-quantize): every 2-D
-// weight takes the target type; a tensor whose row length is not a multiple of the target's block
-// size falls back to F16, and the report says which. 1-D tensors (norms) stay F32.
+// Re-encodes the weights of a GGUF model in another format (like llama-quantize). Which type each
+// tensor gets is a QuantRecipe's decision (convert/quant_recipe.h): one type for every matrix, or
+// a llama.cpp k-quant mixture such as Q4_K_M; a tensor whose rows do not divide into the chosen
+// type's blocks falls back to a higher-precision type, and the report says which. 1-D tensors
+// (norms) are stored as F32. Rows are re-encoded in parallel.
 #pragma once
 
 #include <functional>
 #include <string>
 
+#include "convert/quant_recipe.h"
 #include "core/dtype.h"
 
 namespace kestrel {
@@ -14,14 +17,21 @@ struct RequantizeNote {
   std::string tensor;
   DType from;
   DType to;
-  bool fallback;  // the requested type did not fit this tensor's rows
+  bool fallback;  // the type the recipe picked (`wanted`) did not fit this tensor's rows
+  DType wanted;
 };
 
+// num_threads <= 0: one per hardware thread.
+void requantize_gguf(const std::string& input_path, const std::string& output_path,
+                     const QuantRecipe& recipe,
+                     const std::function<void(const RequantizeNote&)>& on_tensor,
+                     int num_threads = 0);
+// Every matrix as `target` (pure_quant_recipe(target)).
 void requantize_gguf(const std::string& input_path, const std::string& output_path, DType target,
                      const std::function<void(const RequantizeNote&)>& on_tensor);
 
-// The type a tensor gets when `target` is requested: target, or F16 if rows do not divide into
-// target blocks; 1-D tensors stay F32.
+// The type a tensor gets when every matrix is to be `target`: target, or its fallback if rows do
+// not divide into target blocks (quant_type_that_fits); 1-D tensors stay F32.
 DType requantize_type_for(DType target, int64_t row_length, size_t num_dims);
 
 }  // namespace kestrel

@@ -1,5 +1,7 @@
-// Tensor element types. The numeric values are GGML's (they are what GGUF files store), so a
-// GGUF tensor type converts with a range check and nothing else.
+// Tensor element types. The numeric values below 1000 are GGML's (they are what GGUF files store),
+// so a GGUF tensor type converts with a range check and nothing else. Ids from 1000 up are
+// Kestrel's own formats (produced by `kestrel quantize` and the quantization toolkit); GGML's ids
+// are small (< 100), so they cannot collide. llama.cpp cannot load files that use them.
 #pragma once
 
 #include <cstddef>
@@ -42,13 +44,32 @@ enum class DType : uint32_t {
   TQ1_0 = 34,
   TQ2_0 = 35,
   MXFP4 = 39,
+
+  // Kestrel formats (layouts in quant/blocks.h; x is the dequantized value):
+  // INT8 per output channel: each row is one F32 scale, then k int8 values; x = scale * q.
+  INT8_PC = 1000,
+  // INT4 per group of G (32, 64, 128), symmetric: per group an F16 scale d and G/2 bytes of
+  // nibbles; x = d * (q - 8), q in [0, 15] (i.e. signed [-8, 7]).
+  INT4_SYM_G32 = 1001,
+  INT4_SYM_G64 = 1002,
+  INT4_SYM_G128 = 1003,
+  // INT4 per group, asymmetric: per group an F16 scale d, an F16 min m and G/2 bytes of nibbles;
+  // x = d * q + m, q in [0, 15].
+  INT4_ASYM_G32 = 1004,
+  INT4_ASYM_G64 = 1005,
+  INT4_ASYM_G128 = 1006,
+  // FP8 E4M3 (OCP: bias 7, no infinities, max 448) per output channel: each row is one F32 scale,
+  // then k E4M3 bytes; x = scale * e4m3(q).
+  FP8_E4M3_PC = 1007,
 };
 
-// Storage layout of a type: `block_size` elements are stored in `block_bytes` bytes.
+// Storage layout of a type: a row of n elements is `row_header_bytes` (per-row data such as a
+// per-channel scale; 0 for every GGML type) followed by n / block_size blocks of `block_bytes`.
 struct DTypeLayout {
   std::string_view name;
   int64_t block_size;
   int64_t block_bytes;
+  int64_t row_header_bytes;
 };
 
 // Layout of a known type id, or nullopt for ids GGUF does not define (or that were removed).
@@ -59,9 +80,14 @@ std::string_view dtype_name(DType type);
 std::optional<DType> dtype_from_name(std::string_view name);
 
 // Bytes taken by a row of `n` elements; n must be a multiple of the block size.
-inline int64_t dtype_row_bytes(DType type, int64_t n) {
-  const DTypeLayout layout = dtype_layout(type);
-  return n / layout.block_size * layout.block_bytes;
+inline int64_t layout_row_bytes(const DTypeLayout& layout, int64_t n) {
+  return layout.row_header_bytes + n / layout.block_size * layout.block_bytes;
 }
+inline int64_t dtype_row_bytes(DType type, int64_t n) {
+  return layout_row_bytes(dtype_layout(type), n);
+}
+
+// True for Kestrel's own formats (ids >= 1000), which GGML does not know.
+inline bool is_kestrel_dtype(DType type) { return uint32_t(type) >= 1000; }
 
 }  // namespace kestrel

@@ -235,7 +235,14 @@ void GgufFile::parse_all(std::span<const uint8_t> bytes) {
       fail("{}: tensor '{}' row length {} is not a multiple of the {} block size {}", name_,
            info.name, info.dims[0], layout->name, layout->block_size);
     }
-    info.num_bytes = uint64_t(info.num_elements / layout->block_size) * uint64_t(layout->block_bytes);
+    // Rows are stored back to back; a row may start with a per-row header (per-channel scales of
+    // Kestrel's formats), so the size is rows * row bytes, not elements * bytes per element.
+    int64_t num_bytes = 0;
+    if (multiply_overflows(info.num_elements / info.dims[0], layout_row_bytes(*layout, info.dims[0]),
+                           &num_bytes)) {
+      fail("{}: tensor '{}' has an absurd byte size", name_, info.name);
+    }
+    info.num_bytes = uint64_t(num_bytes);
     info.offset = cursor.read<uint64_t>("tensor offset");
     if (info.offset % alignment_ != 0) {
       fail("{}: tensor '{}' offset {} is not aligned to {}", name_, info.name, info.offset,

@@ -52,6 +52,12 @@ class GgufFile {
   static std::unique_ptr<GgufFile> open(const std::string& path);
   // Parses bytes held by the caller (they must outlive the object); `name` is used in errors.
   static std::unique_ptr<GgufFile> parse(std::span<const uint8_t> bytes, std::string name);
+  // Builds a GGUF view from parts made elsewhere (a Hugging Face folder read as if it were a GGUF
+  // file): tensor data pointers must stay valid while `keep_alive` lives. Checks names are unique
+  // and sizes match dims and types.
+  static std::unique_ptr<GgufFile> from_parts(std::string name, std::vector<KeyValue> metadata,
+                                              std::vector<TensorInfo> tensors,
+                                              std::vector<std::shared_ptr<const void>> keep_alive);
 
   const std::string& name() const { return name_; }
   uint32_t version() const { return version_; }
@@ -80,6 +86,7 @@ class GgufFile {
 
   std::string name_;
   std::unique_ptr<MappedFile> mapping_;
+  std::vector<std::shared_ptr<const void>> keep_alive_;  // owners of from_parts() data
   uint32_t version_ = 0;
   uint32_t alignment_ = kDefaultAlignment;
   uint64_t data_offset_ = 0;

@@ -129,6 +129,17 @@ void GgufWriter::add_tensor(std::string name, DType type, std::vector<int64_t> d
 
 void GgufWriter::add_tensor_view(std::string name, DType type, std::vector<int64_t> dims,
                                  std::span<const uint8_t> bytes) {
+  add_pending(std::move(name), type, std::move(dims), bytes.size(), bytes, nullptr);
+}
+
+void GgufWriter::add_tensor_fill(std::string name, DType type, std::vector<int64_t> dims,
+                                 TensorFill fill) {
+  if (!fill) fail("tensor '{}': no fill function", name);
+  add_pending(std::move(name), type, std::move(dims), 0, {}, std::move(fill));
+}
+
+void GgufWriter::add_pending(std::string name, DType type, std::vector<int64_t> dims,
+                             uint64_t num_bytes, std::span<const uint8_t> bytes, TensorFill fill) {
   if (dims.empty() || dims.size() > size_t(kMaxDims)) {
     fail("tensor '{}': {} dimensions (must be 1 to {})", name, dims.size(), kMaxDims);
   }
@@ -144,15 +155,18 @@ void GgufWriter::add_tensor_view(std::string name, DType type, std::vector<int64
     fail("tensor '{}': row length {} is not a multiple of the {} block size {}", name, dims[0],
          layout.name, layout.block_size);
   }
-  const uint64_t expected = uint64_t(elements / layout.block_size * layout.block_bytes);
-  if (bytes.size() != expected) {
-    fail("tensor '{}': {} bytes given, {} expected for {} x {}", name, bytes.size(), expected,
+  const uint64_t expected = uint64_t(elements / dims[0] * layout_row_bytes(layout, dims[0]));
+  if (fill) num_bytes = expected;
+  if (num_bytes != expected) {
+    fail("tensor '{}': {} bytes given, {} expected for {} x {}", name, num_bytes, expected,
          elements, layout.name);
   }
   for (const PendingTensor& t : tensors_) {
     if (t.name == name) fail("tensor '{}' added twice", name);
   }
-  tensors_.push_back({std::move(name), type, std::move(dims), nullptr, bytes});
+  const uint64_t fill_size = fill ? expected : 0;
+  tensors_.push_back({std::move(name), type, std::move(dims), nullptr, bytes, std::move(fill),
+                      fill_size});
 }
 
 void GgufWriter::write(const std::string& path) const {
@@ -176,11 +190,18 @@ void GgufWriter::write(const std::string& path) const {
       for (int64_t d : t.dims) sink.put<uint64_t>(uint64_t(d));
       sink.put<uint32_t>(uint32_t(t.type));
       sink.put<uint64_t>(offset);
-      offset += (t.bytes.size() + alignment_ - 1) / alignment_ * alignment_;
+      offset += (t.size() + alignment_ - 1) / alignment_ * alignment_;
     }
     sink.pad_to(alignment_);
+    std::vector<uint8_t> fill_buffer;  // reused by every filled tensor
     for (const PendingTensor& t : tensors_) {
-      sink.write(t.bytes.data(), t.bytes.size());
+      if (t.fill) {
+        fill_buffer.resize(size_t(t.fill_size));
+        t.fill(std::span<uint8_t>(fill_buffer));
+        sink.write(fill_buffer.data(), fill_buffer.size());
+      } else {
+        sink.write(t.bytes.data(), t.bytes.size());
+      }
       sink.pad_to(alignment_);
     }
     if (std::fclose(file) != 0) {

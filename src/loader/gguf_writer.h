@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -29,6 +30,11 @@ class GgufWriter {
   // Adds a tensor whose bytes stay owned by the caller until write() returns.
   void add_tensor_view(std::string name, DType type, std::vector<int64_t> dims,
                        std::span<const uint8_t> bytes);
+  // Adds a tensor whose bytes are produced while write() runs: `fill` is called once, in tensor
+  // order, with a buffer of exactly the tensor's size, so a file larger than memory can be
+  // written one tensor at a time (only one such buffer is alive at once).
+  using TensorFill = std::function<void(std::span<uint8_t> bytes)>;
+  void add_tensor_fill(std::string name, DType type, std::vector<int64_t> dims, TensorFill fill);
 
   void write(const std::string& path) const;
 
@@ -38,8 +44,13 @@ class GgufWriter {
     DType type;
     std::vector<int64_t> dims;
     std::shared_ptr<std::vector<uint8_t>> owned;
-    std::span<const uint8_t> bytes;
+    std::span<const uint8_t> bytes;  // for a filled tensor: empty, size in fill_size
+    TensorFill fill;
+    uint64_t fill_size = 0;
+    uint64_t size() const { return fill ? fill_size : bytes.size(); }
   };
+  void add_pending(std::string name, DType type, std::vector<int64_t> dims, uint64_t num_bytes,
+                   std::span<const uint8_t> bytes, TensorFill fill);
   uint32_t alignment_;
   std::vector<std::pair<std::string, Value>> metadata_;
   std::vector<PendingTensor> tensors_;

@@ -1,7 +1,11 @@
-// The Llama-family forward pass over a flattened batch (all sequences' tokens in one [T, width]
-// activation matrix): embedding, then per layer RMSNorm -> Q/K/V -> RoPE -> paged attention ->
-// output projection + residual, RMSNorm -> SwiGLU MLP + residual; final RMSNorm and the output
-// head only for the rows that need logits.
+// The decoder forward pass shared by every architecture, over a flattened batch (all sequences'
+// tokens in one [T, width] activation matrix). Per layer:
+//   h = RMSNorm(x); q, k, v = h W (+ bias); [per-head RMSNorm of q, k]; RoPE; write K/V to the
+//   paged cache; paged attention (windowed on sliding layers); o = attn W_o; [RMSNorm(o)]; x += o
+//   h = RMSNorm(x); m = W_down (act(h W_gate) * h W_up); [RMSNorm(m)]; x += m
+// then the final RMSNorm and the output head only for the rows that need logits. Bracketed steps
+// and the activation follow the config's feature flags (model_config.h): architectures differ in
+// configuration, never in a copy of this code.
 #include <algorithm>
 #include <cmath>
 
@@ -28,10 +32,10 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
   s.up.resize(size_t(T * c.n_ff));
 
   backend.get_rows(weights_.token_embd, batch.token_ids.data(), T, s.hidden.data());
+  if (c.embedding_scale != 1.0f) backend.scale(s.hidden.data(), c.embedding_scale, T * c.n_embd);
 
   RopeParams rope;
   rope.n_rot = c.n_rot;
-  rope.freq_base = c.rope_freq_base;
   rope.freq_scale = c.rope_freq_scale;
   rope.neox = c.rope_neox;
   rope.freq_factors = weights_.rope_freq_factors;
@@ -46,28 +50,50 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
   attn.n_head = int(c.n_head);
   attn.n_kv_head = int(c.n_head_kv);
   attn.head_dim = int(c.head_dim);
-  attn.scale = 1.0f / std::sqrt(float(c.head_dim));
+  attn.scale = c.attention_scale > 0.0f ? c.attention_scale : 1.0f / std::sqrt(float(c.head_dim));
 
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& l = weights_.layers[size_t(il)];
+    const bool sliding = c.is_sliding(il);
     // Attention block.
     backend.rms_norm(s.hidden.data(), l.attn_norm, T, c.n_embd, c.rms_eps, s.normed.data());
     backend.matmul(l.wq, s.normed.data(), T, s.q.data());
     backend.matmul(l.wk, s.normed.data(), T, s.k.data());
     backend.matmul(l.wv, s.normed.data(), T, s.v.data());
+    if (c.qkv_bias) {
+      backend.add_row(s.q.data(), l.bq, T, c.q_width());
+      backend.add_row(s.k.data(), l.bk, T, c.kv_width());
+      backend.add_row(s.v.data(), l.bv, T, c.kv_width());
+    }
+    if (c.qk_norm) {
+      backend.rms_norm(s.q.data(), l.q_norm, T * c.n_head, c.head_dim, c.rms_eps, s.q.data());
+      backend.rms_norm(s.k.data(), l.k_norm, T * c.n_head_kv, c.head_dim, c.rms_eps, s.k.data());
+    }
+    rope.freq_base = sliding && c.rope_freq_base_sliding > 0.0f ? c.rope_freq_base_sliding : c.rope_freq_base;
     backend.rope(s.q.data(), batch.positions.data(), T, int(c.n_head), int(c.head_dim), rope);
     backend.rope(s.k.data(), batch.positions.data(), T, int(c.n_head_kv), int(c.head_dim), rope);
     backend.kv_write(kv.layers[size_t(il)], s.k.data(), s.v.data(), batch.slot_mapping.data(), T,
                      c.kv_width());
+    attn.window = sliding ? c.sliding_window : 0;
     backend.paged_attention(attn, s.q.data(), kv.layers[size_t(il)], s.attn.data());
     backend.matmul(l.wo, s.attn.data(), T, s.proj.data());
+    if (c.post_norms) {
+      backend.rms_norm(s.proj.data(), l.post_attn_norm, T, c.n_embd, c.rms_eps, s.proj.data());
+    }
     backend.add(s.hidden.data(), s.proj.data(), T * c.n_embd);
-    // MLP block: down(silu(gate(x)) * up(x)).
+    // Gated MLP block: down(act(gate(x)) * up(x)).
     backend.rms_norm(s.hidden.data(), l.ffn_norm, T, c.n_embd, c.rms_eps, s.normed.data());
     backend.matmul(l.w_gate, s.normed.data(), T, s.gate.data());
     backend.matmul(l.w_up, s.normed.data(), T, s.up.data());
-    backend.silu_mul(s.gate.data(), s.up.data(), T * c.n_ff, s.gate.data());
+    if (c.activation == Activation::GeluTanh) {
+      backend.gelu_mul(s.gate.data(), s.up.data(), T * c.n_ff, s.gate.data());
+    } else {
+      backend.silu_mul(s.gate.data(), s.up.data(), T * c.n_ff, s.gate.data());
+    }
     backend.matmul(l.w_down, s.gate.data(), T, s.proj.data());
+    if (c.post_norms) {
+      backend.rms_norm(s.proj.data(), l.post_ffn_norm, T, c.n_embd, c.rms_eps, s.proj.data());
+    }
     backend.add(s.hidden.data(), s.proj.data(), T * c.n_embd);
   }
 
@@ -84,6 +110,9 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
   backend.rms_norm(s.logits_in.data(), weights_.output_norm, n_out, c.n_embd, c.rms_eps,
                    s.logits_in.data());
   backend.matmul(weights_.output, s.logits_in.data(), n_out, logits);
+  if (c.final_logit_softcap > 0.0f) {
+    backend.softcap(logits, c.final_logit_softcap, n_out * c.n_vocab);
+  }
 }
 
 }  // namespace kestrel

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/progress.h"
+#include "loader/hf_folder.h"
 #include "quant/format.h"
 
 namespace kestrel {
@@ -29,13 +30,9 @@ void prefault_tensors(const gguf::GgufFile& file) {
 
 std::unique_ptr<Model> Model::load(const std::string& path) {
   std::unique_ptr<Model> model(new Model());
-  model->file_ = gguf::GgufFile::open(path);
-  const std::string arch = model->file_->require_string("general.architecture");
-  if (arch != "llama") {
-    fail("{}: unknown architecture '{}' (supported: llama)", path, arch);
-  }
-  model->config_ = read_llama_config(*model->file_);
-  model->load_llama_weights();
+  model->file_ = is_hf_folder(path) ? load_hf_folder(path) : gguf::GgufFile::open(path);
+  model->config_ = read_model_config(*model->file_);
+  model->load_weights();
   prefault_tensors(*model->file_);
   return model;
 }
@@ -74,7 +71,9 @@ WeightView Model::matrix_tensor(const std::string& name, int64_t rows, int64_t c
   return WeightView{t->type, rows, cols, t->data};
 }
 
-void Model::load_llama_weights() {
+// Tensor names are GGUF's (llama.cpp's) and the same across architectures; which optional
+// tensors must exist follows from the config's feature flags.
+void Model::load_weights() {
   ModelConfig& c = config_;
   const gguf::TensorInfo* embd = file_->find_tensor("token_embd.weight");
   if (embd == nullptr) fail("{}: missing tensor 'token_embd.weight'", file_->name());
@@ -104,11 +103,24 @@ void Model::load_llama_weights() {
     l.wq = matrix_tensor(p + "attn_q.weight", c.q_width(), c.n_embd);
     l.wk = matrix_tensor(p + "attn_k.weight", c.kv_width(), c.n_embd);
     l.wv = matrix_tensor(p + "attn_v.weight", c.kv_width(), c.n_embd);
+    if (c.qkv_bias) {
+      l.bq = vector_tensor(p + "attn_q.bias", c.q_width());
+      l.bk = vector_tensor(p + "attn_k.bias", c.kv_width());
+      l.bv = vector_tensor(p + "attn_v.bias", c.kv_width());
+    }
+    if (c.qk_norm) {
+      l.q_norm = vector_tensor(p + "attn_q_norm.weight", c.head_dim);
+      l.k_norm = vector_tensor(p + "attn_k_norm.weight", c.head_dim);
+    }
     l.wo = matrix_tensor(p + "attn_output.weight", c.n_embd, c.q_width());
     l.ffn_norm = vector_tensor(p + "ffn_norm.weight", c.n_embd);
     l.w_gate = matrix_tensor(p + "ffn_gate.weight", c.n_ff, c.n_embd);
     l.w_up = matrix_tensor(p + "ffn_up.weight", c.n_ff, c.n_embd);
     l.w_down = matrix_tensor(p + "ffn_down.weight", c.n_embd, c.n_ff);
+    if (c.post_norms) {
+      l.post_attn_norm = vector_tensor(p + "post_attention_norm.weight", c.n_embd);
+      l.post_ffn_norm = vector_tensor(p + "post_ffw_norm.weight", c.n_embd);
+    }
   }
 }
 

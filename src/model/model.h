@@ -18,11 +18,18 @@ struct LayerWeights {
   WeightView wq;                     // [n_head * head_dim][n_embd]
   WeightView wk;                     // [n_head_kv * head_dim][n_embd]
   WeightView wv;                     // [n_head_kv * head_dim][n_embd]
+  const float* bq = nullptr;         // [n_head * head_dim]     (qkv_bias)
+  const float* bk = nullptr;         // [n_head_kv * head_dim]  (qkv_bias)
+  const float* bv = nullptr;         // [n_head_kv * head_dim]  (qkv_bias)
+  const float* q_norm = nullptr;     // [head_dim]              (qk_norm)
+  const float* k_norm = nullptr;     // [head_dim]              (qk_norm)
   WeightView wo;                     // [n_embd][n_head * head_dim]
+  const float* post_attn_norm = nullptr;  // [n_embd]           (post_norms)
   const float* ffn_norm = nullptr;   // [n_embd]
   WeightView w_gate;                 // [n_ff][n_embd]
   WeightView w_up;                   // [n_ff][n_embd]
   WeightView w_down;                 // [n_embd][n_ff]
+  const float* post_ffn_norm = nullptr;   // [n_embd]           (post_norms)
 };
 
 struct ModelWeights {
@@ -36,8 +43,9 @@ struct ModelWeights {
 
 class Model {
  public:
-  // Loads a GGUF model; an unknown architecture or a missing/mis-shaped tensor is a
-  // kestrel::Error naming the file and tensor. Shows a progress bar on a terminal.
+  // Loads a GGUF model of any supported architecture (model_config.h); an unknown architecture or
+  // a missing/mis-shaped tensor is a kestrel::Error naming the file and tensor. Shows a progress
+  // bar on a terminal.
   static std::unique_ptr<Model> load(const std::string& path);
 
   const ModelConfig& config() const { return config_; }
@@ -52,7 +60,7 @@ class Model {
 
  private:
   Model() = default;
-  void load_llama_weights();
+  void load_weights();
   const float* vector_tensor(const std::string& name, int64_t length);
   WeightView matrix_tensor(const std::string& name, int64_t rows, int64_t cols);
 

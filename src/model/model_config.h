@@ -1,4 +1,5 @@
-// Hyper-parameters of a decoder-only transformer, read from GGUF metadata.
+// Hyper-parameters of a decoder-only transformer, read from GGUF metadata, plus the feature flags
+// that tell the one shared forward pass what each architecture does differently.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +12,10 @@ class GgufFile;
 
 namespace kestrel {
 
+enum class Activation { Silu, GeluTanh };
+
 struct ModelConfig {
-  std::string architecture;  // general.architecture, e.g. "llama"
+  std::string architecture;  // general.architecture, e.g. "llama", "qwen3", "gemma3"
   std::string name;          // general.name, if any
   int64_t n_vocab = 0;
   int64_t n_embd = 0;        // hidden size
@@ -26,16 +29,34 @@ struct ModelConfig {
   int n_rot = 0;             // rotary dimensions per head
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;
-  bool rope_neox = false;
+  bool rope_neox = false;    // NeoX pairs (i, i + n_rot/2) instead of (2i, 2i + 1)
+
+  // Architecture features (all off for Llama).
+  bool qkv_bias = false;          // Qwen2: bias on the q/k/v projections
+  bool qk_norm = false;           // Qwen3, Gemma 3: RMSNorm over each head of q and k before RoPE
+  bool post_norms = false;        // Gemma 3: RMSNorm on the attention and MLP outputs before the residual add
+  Activation activation = Activation::Silu;  // gated MLP: act(gate) * up
+  float embedding_scale = 1.0f;   // Gemma: sqrt(n_embd)
+  float attention_scale = 0.0f;   // 0: 1 / sqrt(head_dim)
+  int sliding_window = 0;         // tokens seen by sliding-window layers; 0: none
+  std::vector<bool> layer_sliding;  // [n_layer] true for sliding-window (local) layers
+  float rope_freq_base_sliding = 0.0f;  // RoPE base of local layers (Gemma 3); 0: same as global
+  float final_logit_softcap = 0.0f;     // 0: none
 
   int64_t q_width() const { return n_head * head_dim; }
   int64_t kv_width() const { return n_head_kv * head_dim; }
+  bool is_sliding(int64_t layer) const {
+    return !layer_sliding.empty() && layer_sliding[size_t(layer)] && sliding_window > 0;
+  }
   // K and V bytes one token takes in an F32 cache, over all layers.
   int64_t kv_bytes_per_token() const { return 2 * n_layer * kv_width() * int64_t(sizeof(float)); }
 };
 
-// Reads `<arch>.*` keys for the Llama family. Missing or inconsistent keys are errors naming the
-// file and the key.
-ModelConfig read_llama_config(const gguf::GgufFile& file);
+// Reads the hyper-parameters of any supported architecture (keys under `<arch>.`). An unknown
+// architecture, a missing key or inconsistent values are errors naming the file and the key.
+ModelConfig read_model_config(const gguf::GgufFile& file);
+
+// Names of the architectures Kestrel can run.
+const std::vector<std::string>& supported_architectures();
 
 }  // namespace kestrel

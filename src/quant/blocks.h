@@ -23,4 +23,98 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
+// Q8_1: Q8_0 plus s = d * sum(qs) in F16, so a dot with an offset weight format (x = d q + m)
+// gets sum(activations) without a second pass. The activation format of the asymmetric INT4 types.
+struct BlockQ8_1 {
+  uint16_t d;  // F16 bits
+  uint16_t s;  // F16 bits: d * sum(qs)
+  int8_t qs[kQ8_0BlockSize];
+};
+static_assert(sizeof(BlockQ8_1) == 36);
+
+// k-quants: super-blocks of 256 values (QK_K), byte-compatible with GGML.
+inline constexpr int kQK_K = 256;
+inline constexpr int kKScaleSize = 12;
+
+// Q4_K: 8 sub-blocks of 32, each with a 6-bit scale and 6-bit min packed into `scales`;
+// x = d * scale_j * q - dmin * min_j, q in [0, 15]. Byte l of qs holds elements l (low nibble) and
+// l + 32 (high nibble) of each 64-element half.
+struct BlockQ4_K {
+  uint16_t d;     // F16 super-block scale of the scales
+  uint16_t dmin;  // F16 super-block scale of the mins
+  uint8_t scales[kKScaleSize];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ4_K) == 144);
+
+// Q5_K: as Q4_K plus a fifth bit per value in qh.
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[kKScaleSize];
+  uint8_t qh[kQK_K / 8];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ5_K) == 176);
+
+// Q6_K: 16 sub-blocks of 16 with int8 scales; x = d * scale_j * (q - 32), q in [0, 63] from 4 low
+// bits in ql and 2 high bits in qh.
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];
+  uint8_t qh[kQK_K / 4];
+  int8_t scales[kQK_K / 16];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ6_K) == 210);
+
+// Q8_K: the activation format for k-quant dot products (never stored in files).
+struct BlockQ8_K {
+  float d;
+  int8_t qs[kQK_K];
+  int16_t bsums[kQK_K / 16];  // sums of qs in groups of 16
+};
+static_assert(sizeof(BlockQ8_K) == 292);
+
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. Bytes 0-3 hold the low 6
+// bits of scales 0-3, bytes 4-7 the low 6 bits of mins 0-3; for j >= 4 the low 4 bits of scale
+// and min are the two nibbles of byte j + 4 and their top 2 bits are the top bits of bytes j - 4
+// (scale) and j (min).
+inline void kquant_scale_min(const uint8_t* scales, int j, uint8_t* scale, uint8_t* min) {
+  if (j < 4) {
+    *scale = scales[j] & 63;
+    *min = scales[j + 4] & 63;
+  } else {
+    *scale = uint8_t((scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4));
+    *min = uint8_t((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kestrel's own formats (DType ids >= 1000, see core/dtype.h).
+
+// INT4 per group of G values. Byte l of qs holds element l in its low nibble and element l + G/2
+// in its high nibble (as Q4_0 does), so the low nibbles are the first half of the group in order.
+// Symmetric: x = d * (q - 8).
+template <int G>
+struct BlockInt4Sym {
+  uint16_t d;  // F16 bits
+  uint8_t qs[G / 2];
+};
+static_assert(sizeof(BlockInt4Sym<32>) == 18 && sizeof(BlockInt4Sym<64>) == 34 &&
+              sizeof(BlockInt4Sym<128>) == 66);
+
+// Asymmetric: x = d * q + m (m is usually the group's minimum).
+template <int G>
+struct BlockInt4Asym {
+  uint16_t d;  // F16 bits
+  uint16_t m;  // F16 bits
+  uint8_t qs[G / 2];
+};
+static_assert(sizeof(BlockInt4Asym<32>) == 20 && sizeof(BlockInt4Asym<64>) == 36 &&
+              sizeof(BlockInt4Asym<128>) == 68);
+
+// INT8_PC and FP8_E4M3_PC rows: a 4-byte F32 scale (the row header, read with memcpy: a row of
+// FP8_E4M3_PC may start at any byte), then one byte per element.
+inline constexpr int64_t kPerChannelHeaderBytes = 4;
+
 }  // namespace kestrel::quant

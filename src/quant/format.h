@@ -1,11 +1,14 @@
 // A weight format is a block layout plus kernels. This table gives, for each format Kestrel can
 // compute with, the scalar reference kernels: quantize a row of floats, dequantize a row, and dot
 // a weight row with an activation row that was first converted to the format's activation type
-// (as GGML does: F16 weights meet F16 activations, integer formats meet Q8_0 activations, so the
-// inner loop can use integer dot products). Fast kernels are checked against these.
+// (as GGML does: F16 weights meet F16 activations, integer formats meet Q8_0 activations, k-quants
+// meet Q8_K, so the inner loop can use integer dot products). Fast kernels are checked against
+// these. Activation-only types (Q8_1, Q8_K) are in the table too, so their quantize_row can be
+// found the same way.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/dtype.h"
 
@@ -16,6 +19,8 @@ using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
 // Dot product of n elements: weight row (format's layout) . activation row (activation type).
 using VecDotFn = float (*)(const void* weight_row, const void* activation_row, int64_t n);
 
+// A row is row_header_bytes (per-row scale of the per-channel formats; 0 for GGML types) then
+// n / block_size blocks of block_bytes; the kernels take and return whole rows, header included.
 struct WeightFormat {
   DType type;
   int64_t block_size;
@@ -24,6 +29,7 @@ struct WeightFormat {
   DequantizeRowFn dequantize_row;
   DType activation_type;
   VecDotFn vec_dot;
+  int64_t row_header_bytes = 0;
 };
 
 // The format for `type`, or nullptr if Kestrel has no kernels for it.
@@ -31,8 +37,11 @@ const WeightFormat* find_format(DType type);
 // Like find_format but throws a kestrel::Error naming the type.
 const WeightFormat& require_format(DType type);
 
+// Every format with kernels, GGML's first, then Kestrel's (for tests and listings).
+std::span<const WeightFormat> all_formats();
+
 inline int64_t row_bytes(const WeightFormat& format, int64_t n) {
-  return n / format.block_size * format.block_bytes;
+  return format.row_header_bytes + n / format.block_size * format.block_bytes;
 }
 
 }  // namespace kestrel::quant

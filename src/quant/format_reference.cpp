@@ -1,14 +1,67 @@
-// Scalar reference kernels for F32, F16, BF16, Q8_0 and Q4_0.
+// Scalar reference kernels for F32, F16, BF16, Q8_0, Q4_0 and Q8_1, and the table of every weight
+// format (k-quants and Kestrel's formats have their kernels in their own files).
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <string>
 
 #include "core/error.h"
 #include "core/half.h"
 #include "quant/blocks.h"
 #include "quant/format.h"
+#include "quant/reference_kernels.h"
+
+// No fused multiply-add: see reference_kernels.h.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
+#pragma GCC optimize("fp-contract=off")
+#endif
 
 namespace kestrel::quant {
+namespace ref {
+
+// Q8_1: as Q8_0 (d = amax / 127, q = round(x / d)), plus s = d * sum(q) in F16.
+void quantize_row_q8_1(const float* src, void* dst, int64_t n) {
+  BlockQ8_1* blocks = static_cast<BlockQ8_1*>(dst);
+  for (int64_t b = 0; b < n / kQ8_0BlockSize; ++b) {
+    const float* x = src + b * kQ8_0BlockSize;
+    float amax = 0.0f;
+    for (int i = 0; i < kQ8_0BlockSize; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.0f;
+    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+    int sum = 0;
+    for (int i = 0; i < kQ8_0BlockSize; ++i) {
+      blocks[b].qs[i] = int8_t(std::clamp(round_nearest(x[i] * inverse), -127.0f, 127.0f));
+      sum += blocks[b].qs[i];
+    }
+    blocks[b].d = float_to_fp16(d);
+    blocks[b].s = float_to_fp16(d * float(sum));
+  }
+}
+
+void dequantize_row_q8_1(const void* src, float* dst, int64_t n) {
+  const BlockQ8_1* blocks = static_cast<const BlockQ8_1*>(src);
+  for (int64_t b = 0; b < n / kQ8_0BlockSize; ++b) {
+    const float d = fp16_to_float(blocks[b].d);
+    for (int i = 0; i < kQ8_0BlockSize; ++i) dst[b * kQ8_0BlockSize + i] = d * float(blocks[b].qs[i]);
+  }
+}
+
+float vec_dot_q8_1_q8_1(const void* w, const void* a, int64_t n) {
+  const BlockQ8_1* x = static_cast<const BlockQ8_1*>(w);
+  const BlockQ8_1* y = static_cast<const BlockQ8_1*>(a);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < n / kQ8_0BlockSize; ++b) {
+    int32_t dot = 0;
+    for (int i = 0; i < kQ8_0BlockSize; ++i) dot += int32_t(x[b].qs[i]) * int32_t(y[b].qs[i]);
+    sum += float(dot) * fp16_to_float(x[b].d) * fp16_to_float(y[b].d);
+  }
+  return sum;
+}
+
+}  // namespace ref
+
 namespace {
 
 void quantize_row_f32(const float* src, void* dst, int64_t n) {
@@ -139,12 +192,35 @@ float vec_dot_q4_0_q8_0(const void* w, const void* a, int64_t n) {
   return sum;
 }
 
-constexpr std::array<WeightFormat, 5> kFormats{{
+using namespace ref;  // NOLINT: the table below names every reference kernel
+
+constexpr std::array<WeightFormat, 18> kFormats{{
     {DType::F32, 1, 4, quantize_row_f32, dequantize_row_f32, DType::F32, vec_dot_f32},
     {DType::F16, 1, 2, quantize_row_f16, dequantize_row_f16, DType::F16, vec_dot_f16},
     {DType::BF16, 1, 2, quantize_row_bf16, dequantize_row_bf16, DType::BF16, vec_dot_bf16},
     {DType::Q8_0, 32, 34, quantize_row_q8_0, dequantize_row_q8_0, DType::Q8_0, vec_dot_q8_0_q8_0},
     {DType::Q4_0, 32, 18, quantize_row_q4_0, dequantize_row_q4_0, DType::Q8_0, vec_dot_q4_0_q8_0},
+    {DType::Q8_1, 32, 36, quantize_row_q8_1, dequantize_row_q8_1, DType::Q8_1, vec_dot_q8_1_q8_1},
+    {DType::Q4_K, 256, 144, quantize_row_q4_K, dequantize_row_q4_K, DType::Q8_K, vec_dot_q4_K_q8_K},
+    {DType::Q5_K, 256, 176, quantize_row_q5_K, dequantize_row_q5_K, DType::Q8_K, vec_dot_q5_K_q8_K},
+    {DType::Q6_K, 256, 210, quantize_row_q6_K, dequantize_row_q6_K, DType::Q8_K, vec_dot_q6_K_q8_K},
+    {DType::Q8_K, 256, 292, quantize_row_q8_K, dequantize_row_q8_K, DType::Q8_K, vec_dot_q8_K_q8_K},
+    {DType::INT8_PC, 32, 32, quantize_row_int8_pc, dequantize_row_int8_pc, DType::Q8_0,
+     vec_dot_int8_pc_q8_0, kPerChannelHeaderBytes},
+    {DType::INT4_SYM_G32, 32, 18, quantize_row_int4_sym<32>, dequantize_row_int4_sym<32>,
+     DType::Q8_0, vec_dot_int4_sym_q8_0<32>},
+    {DType::INT4_SYM_G64, 64, 34, quantize_row_int4_sym<64>, dequantize_row_int4_sym<64>,
+     DType::Q8_0, vec_dot_int4_sym_q8_0<64>},
+    {DType::INT4_SYM_G128, 128, 66, quantize_row_int4_sym<128>, dequantize_row_int4_sym<128>,
+     DType::Q8_0, vec_dot_int4_sym_q8_0<128>},
+    {DType::INT4_ASYM_G32, 32, 20, quantize_row_int4_asym<32>, dequantize_row_int4_asym<32>,
+     DType::Q8_1, vec_dot_int4_asym_q8_1<32>},
+    {DType::INT4_ASYM_G64, 64, 36, quantize_row_int4_asym<64>, dequantize_row_int4_asym<64>,
+     DType::Q8_1, vec_dot_int4_asym_q8_1<64>},
+    {DType::INT4_ASYM_G128, 128, 68, quantize_row_int4_asym<128>, dequantize_row_int4_asym<128>,
+     DType::Q8_1, vec_dot_int4_asym_q8_1<128>},
+    {DType::FP8_E4M3_PC, 1, 1, quantize_row_fp8_e4m3_pc, dequantize_row_fp8_e4m3_pc, DType::F32,
+     vec_dot_fp8_e4m3_pc_f32, kPerChannelHeaderBytes},
 }};
 
 }  // namespace
@@ -156,10 +232,16 @@ const WeightFormat* find_format(DType type) {
   return nullptr;
 }
 
+std::span<const WeightFormat> all_formats() { return kFormats; }
+
 const WeightFormat& require_format(DType type) {
   if (const WeightFormat* format = find_format(type)) return *format;
-  fail("weight type {} is not supported yet (supported: F32, F16, BF16, Q8_0, Q4_0)",
-       dtype_name(type));
+  std::string supported;
+  for (const WeightFormat& format : kFormats) {
+    if (!supported.empty()) supported += ", ";
+    supported += dtype_name(format.type);
+  }
+  fail("weight type {} is not supported yet (supported: {})", dtype_name(type), supported);
 }
 
 }  // namespace kestrel::quant

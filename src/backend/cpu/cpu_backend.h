@@ -20,7 +20,11 @@ class CpuBackend final : public Backend {
   void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim,
             const RopeParams& params) override;
   void silu_mul(const float* gate, const float* up, int64_t count, float* out) override;
+  void gelu_mul(const float* gate, const float* up, int64_t count, float* out) override;
   void add(float* x, const float* y, int64_t count) override;
+  void add_row(float* x, const float* row, int64_t n, int64_t width) override;
+  void scale(float* x, float s, int64_t count) override;
+  void softcap(float* x, float cap, int64_t count) override;
   void kv_write(const KvLayerView& cache, const float* k, const float* v,
                 const int64_t* slot_mapping, int64_t n, int64_t kv_width) override;
   void paged_attention(const PagedAttentionArgs& args, const float* q, const KvLayerView& cache,

@@ -1,0 +1,34 @@
+// Element-wise operations of the CPU backend that some architectures need (Gemma's GELU-tanh MLP,
+// Qwen2's biases, Gemma's embedding scale, logit soft-capping). They are cheap next to the
+// matrix work, so they stay simple loops on the calling thread.
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+
+namespace kestrel {
+
+void CpuBackend::gelu_mul(const float* gate, const float* up, int64_t count, float* out) {
+  // gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < count; ++i) {
+    const float x = gate[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x))) * up[i];
+  }
+}
+
+void CpuBackend::add_row(float* x, const float* row, int64_t n, int64_t width) {
+  for (int64_t t = 0; t < n; ++t) {
+    float* dst = x + t * width;
+    for (int64_t j = 0; j < width; ++j) dst[j] += row[j];
+  }
+}
+
+void CpuBackend::scale(float* x, float s, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) x[i] *= s;
+}
+
+void CpuBackend::softcap(float* x, float cap, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+}  // namespace kestrel

@@ -1,0 +1,75 @@
+// What `kestrel quantize` stores each tensor as. A recipe is either one type for every matrix
+// ("Q8_0", "Q4_K", "INT4_SYM_G64", ...) or one of llama.cpp's k-quant mixtures ("Q4_K_M": Q4_K for
+// most matrices, Q6_K for the output projection and for attn_v / ffn_down in the layers llama.cpp
+// gives more bits), chosen tensor by tensor with llama.cpp's rules (src/llama-quant.cpp):
+//
+//   - Only tensors of 2+ dimensions whose name ends in "weight" (and is not a norm or an expert
+//     gate) are quantized; 1-D tensors are stored as F32, other tensors keep their type.
+//   - Mixtures: output.weight, and token_embd.weight when the model has no output.weight (tied
+//     embeddings), take Q6_K (Q8_0 if rows are not a multiple of 256). attn_v, attn_qkv and
+//     attn_kv_b tensors are counted in llama.cpp's order (by layer number, then name) and the i-th
+//     of n takes Q6_K under Q4_K_M / Q5_K_M when use_more_bits(i, n):
+//         i < n/8  or  i >= 7n/8  or  (i - n/8) % 3 == 2
+//     and Q5_K under Q4_K_S when i < 4. ffn_down tensors likewise, with n = the model's
+//     block_count: Q6_K under Q4_K_M / Q5_K_M when use_more_bits(i, n), Q5_K under Q4_K_S when
+//     i < n/8. Every other matrix takes the mixture's base type.
+//   - Not modelled: llama.cpp's special cases for Falcon, 70B models (attn_v to Q5_K) and
+//     mixtures of experts (n_expert == 8); imatrix-driven choices; --pure / --tensor-type flags.
+//   - A tensor whose rows do not divide into the chosen type's blocks falls back: k-quants to Q8_0
+//     when rows are a multiple of 32, else F16 (llama.cpp uses Q5_0 / Q5_1 / Q8_0, which Kestrel
+//     has no kernels for); INT4 group types to the same kind with a smaller group that fits, else
+//     F16; every other type to F16.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace kestrel {
+
+enum class QuantMix { Pure, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M };
+
+struct QuantRecipe {
+  std::string_view name;  // as typed on the command line, e.g. "Q4_K_M"
+  DType base;             // the type most matrices take
+  QuantMix mix;
+  // general.file_type: llama.cpp's LLAMA_FTYPE (Q4_K_M = 15, ...). A pure Q4_K / Q5_K file is
+  // written as 15 / 17, as `llama-quantize --pure Q4_K_M` does; Kestrel's own types, which
+  // llama.cpp has no value for, write their DType id (1000 and up).
+  uint32_t file_type;
+};
+
+// The recipe for a name (case-insensitive), or nullopt.
+std::optional<QuantRecipe> find_quant_recipe(std::string_view name);
+// The recipe that stores every matrix as `type`; throws for types `kestrel quantize` cannot write.
+QuantRecipe pure_quant_recipe(DType type);
+// Every name find_quant_recipe accepts, comma separated (for help and error messages).
+std::string quant_recipe_names();
+
+struct QuantTensorInfo {
+  std::string name;
+  std::vector<int64_t> dims;  // innermost first: dims[0] is the row length
+  DType type;                 // as stored in the input
+};
+
+struct QuantChoice {
+  bool quantized;  // false: not a quantizable matrix; kept as is (1-D tensors become F32)
+  DType wanted;    // what the recipe picked (== type when not quantized)
+  DType type;      // what the tensor is stored as: wanted, or the fallback when rows do not fit
+  bool fallback() const { return type != wanted; }
+};
+
+// One choice per tensor, in the order given. n_layer is the model's block_count.
+std::vector<QuantChoice> plan_quantization(const QuantRecipe& recipe,
+                                           std::span<const QuantTensorInfo> tensors,
+                                           int64_t n_layer);
+
+// `wanted` if rows of `row_length` divide into its blocks, else the fallback described above.
+DType quant_type_that_fits(DType wanted, int64_t row_length);
+
+}  // namespace kestrel

@@ -1,0 +1,204 @@
+// Kestrel's integer weight formats (ids in core/dtype.h, blocks in quant/blocks.h):
+//   INT8_PC        per-row F32 scale = amax / 127, q = round(x / scale); dots with Q8_0.
+//   INT4_SYM_G*    per group of G an F16 scale d = extreme / -8 (the value of largest magnitude
+//                  lands on -8, so all 16 levels are used), x = d (q - 8); dots with Q8_0.
+//   INT4_ASYM_G*   per group an F16 scale d = (max - min) / 15 and F16 min m, x = d q + m; dots
+//                  with Q8_1, whose per-block sum s = d_a * sum(q_a) turns sum m * a into m * s.
+// These are plain round-to-nearest quantizers: the quantization toolkit (GPTQ, AWQ) will choose
+// its own scales and levels and only needs the layouts and the kernels here. Values are assigned
+// against the scales as stored (after F16 rounding), so each lands on its nearest stored level.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/half.h"
+#include "quant/blocks.h"
+#include "quant/reference_kernels.h"
+
+// No fused multiply-add: see reference_kernels.h.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace kestrel::quant::ref {
+namespace {
+
+// Level (0..15) of element i of a group: byte i % (G/2), low nibble for the first half.
+template <int G>
+int nibble(const uint8_t* qs, int i) {
+  const uint8_t byte = qs[i % (G / 2)];
+  return i < G / 2 ? byte & 0x0f : byte >> 4;
+}
+
+template <int G>
+void pack_nibbles(const uint8_t levels[G], uint8_t* qs) {
+  for (int l = 0; l < G / 2; ++l) qs[l] = uint8_t(levels[l] | levels[l + G / 2] << 4);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// INT8_PC
+
+void quantize_row_int8_pc(const float* src, void* dst, int64_t n) {
+  uint8_t* row = static_cast<uint8_t*>(dst);
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(src[i]));
+  const float scale = amax / 127.0f;
+  const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+  std::memcpy(row, &scale, sizeof scale);
+  int8_t* q = reinterpret_cast<int8_t*>(row + kPerChannelHeaderBytes);
+  for (int64_t i = 0; i < n; ++i) {
+    q[i] = int8_t(std::clamp(round_nearest(src[i] * inverse), -127.0f, 127.0f));
+  }
+}
+
+void dequantize_row_int8_pc(const void* src, float* dst, int64_t n) {
+  const uint8_t* row = static_cast<const uint8_t*>(src);
+  float scale;
+  std::memcpy(&scale, row, sizeof scale);
+  const int8_t* q = reinterpret_cast<const int8_t*>(row + kPerChannelHeaderBytes);
+  for (int64_t i = 0; i < n; ++i) dst[i] = scale * float(q[i]);
+}
+
+float vec_dot_int8_pc_q8_0(const void* w, const void* a, int64_t n) {
+  const uint8_t* row = static_cast<const uint8_t*>(w);
+  float scale;
+  std::memcpy(&scale, row, sizeof scale);
+  const int8_t* q = reinterpret_cast<const int8_t*>(row + kPerChannelHeaderBytes);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(a);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < n / kQ8_0BlockSize; ++b) {
+    int32_t dot = 0;
+    for (int i = 0; i < kQ8_0BlockSize; ++i) dot += int32_t(q[b * kQ8_0BlockSize + i]) * y[b].qs[i];
+    sum += fp16_to_float(y[b].d) * float(dot);
+  }
+  return scale * sum;
+}
+
+// ---------------------------------------------------------------------------------------------
+// INT4, symmetric
+
+template <int G>
+void quantize_row_int4_sym(const float* src, void* dst, int64_t n) {
+  BlockInt4Sym<G>* blocks = static_cast<BlockInt4Sym<G>*>(dst);
+  for (int64_t b = 0; b < n / G; ++b) {
+    const float* x = src + b * G;
+    float extreme = 0.0f;
+    for (int i = 0; i < G; ++i) {
+      if (std::fabs(x[i]) > std::fabs(extreme)) extreme = x[i];
+    }
+    blocks[b].d = float_to_fp16(extreme / -8.0f);
+    const float d = fp16_to_float(blocks[b].d);
+    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+    uint8_t levels[G];
+    for (int i = 0; i < G; ++i) {
+      levels[i] = uint8_t(std::clamp(round_nearest(x[i] * inverse), -8.0f, 7.0f) + 8.0f);
+    }
+    pack_nibbles<G>(levels, blocks[b].qs);
+  }
+}
+
+template <int G>
+void dequantize_row_int4_sym(const void* src, float* dst, int64_t n) {
+  const BlockInt4Sym<G>* blocks = static_cast<const BlockInt4Sym<G>*>(src);
+  for (int64_t b = 0; b < n / G; ++b) {
+    const float d = fp16_to_float(blocks[b].d);
+    for (int i = 0; i < G; ++i) dst[b * G + i] = d * float(nibble<G>(blocks[b].qs, i) - 8);
+  }
+}
+
+template <int G>
+float vec_dot_int4_sym_q8_0(const void* w, const void* a, int64_t n) {
+  const BlockInt4Sym<G>* x = static_cast<const BlockInt4Sym<G>*>(w);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(a);
+  constexpr int kSubBlocks = G / kQ8_0BlockSize;
+  float sum = 0.0f;
+  for (int64_t b = 0; b < n / G; ++b) {
+    float group = 0.0f;
+    for (int s = 0; s < kSubBlocks; ++s) {
+      const BlockQ8_0& act = y[b * kSubBlocks + s];
+      int32_t dot = 0;
+      for (int i = 0; i < kQ8_0BlockSize; ++i) {
+        dot += (nibble<G>(x[b].qs, s * kQ8_0BlockSize + i) - 8) * int32_t(act.qs[i]);
+      }
+      group += fp16_to_float(act.d) * float(dot);
+    }
+    sum += fp16_to_float(x[b].d) * group;
+  }
+  return sum;
+}
+
+// ---------------------------------------------------------------------------------------------
+// INT4, asymmetric
+
+template <int G>
+void quantize_row_int4_asym(const float* src, void* dst, int64_t n) {
+  BlockInt4Asym<G>* blocks = static_cast<BlockInt4Asym<G>*>(dst);
+  for (int64_t b = 0; b < n / G; ++b) {
+    const float* x = src + b * G;
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < G; ++i) {
+      lo = std::min(lo, x[i]);
+      hi = std::max(hi, x[i]);
+    }
+    blocks[b].d = float_to_fp16((hi - lo) / 15.0f);
+    blocks[b].m = float_to_fp16(lo);
+    const float d = fp16_to_float(blocks[b].d);
+    const float m = fp16_to_float(blocks[b].m);
+    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+    uint8_t levels[G];
+    for (int i = 0; i < G; ++i) {
+      levels[i] = uint8_t(std::clamp(round_nearest((x[i] - m) * inverse), 0.0f, 15.0f));
+    }
+    pack_nibbles<G>(levels, blocks[b].qs);
+  }
+}
+
+template <int G>
+void dequantize_row_int4_asym(const void* src, float* dst, int64_t n) {
+  const BlockInt4Asym<G>* blocks = static_cast<const BlockInt4Asym<G>*>(src);
+  for (int64_t b = 0; b < n / G; ++b) {
+    const float d = fp16_to_float(blocks[b].d);
+    const float m = fp16_to_float(blocks[b].m);
+    for (int i = 0; i < G; ++i) dst[b * G + i] = d * float(nibble<G>(blocks[b].qs, i)) + m;
+  }
+}
+
+template <int G>
+float vec_dot_int4_asym_q8_1(const void* w, const void* a, int64_t n) {
+  const BlockInt4Asym<G>* x = static_cast<const BlockInt4Asym<G>*>(w);
+  const BlockQ8_1* y = static_cast<const BlockQ8_1*>(a);
+  constexpr int kSubBlocks = G / kQ8_0BlockSize;
+  float sum = 0.0f;
+  for (int64_t b = 0; b < n / G; ++b) {
+    const float d = fp16_to_float(x[b].d);
+    const float m = fp16_to_float(x[b].m);
+    for (int s = 0; s < kSubBlocks; ++s) {
+      const BlockQ8_1& act = y[b * kSubBlocks + s];
+      int32_t dot = 0;
+      for (int i = 0; i < kQ8_0BlockSize; ++i) {
+        dot += nibble<G>(x[b].qs, s * kQ8_0BlockSize + i) * int32_t(act.qs[i]);
+      }
+      // sum_i (d q_i + m) a_i = d * d_a * dot + m * s_a.
+      sum += d * (fp16_to_float(act.d) * float(dot)) + m * fp16_to_float(act.s);
+    }
+  }
+  return sum;
+}
+
+#define KESTREL_INSTANTIATE_INT4(G)                                             \
+  template void quantize_row_int4_sym<G>(const float*, void*, int64_t);         \
+  template void dequantize_row_int4_sym<G>(const void*, float*, int64_t);       \
+  template float vec_dot_int4_sym_q8_0<G>(const void*, const void*, int64_t);   \
+  template void quantize_row_int4_asym<G>(const float*, void*, int64_t);        \
+  template void dequantize_row_int4_asym<G>(const void*, float*, int64_t);      \
+  template float vec_dot_int4_asym_q8_1<G>(const void*, const void*, int64_t);
+KESTREL_INSTANTIATE_INT4(32)
+KESTREL_INSTANTIATE_INT4(64)
+KESTREL_INSTANTIATE_INT4(128)
+#undef KESTREL_INSTANTIATE_INT4
+
+}  // namespace kestrel::quant::ref

@@ -1,0 +1,372 @@
+// Quantizers for the k-quant weight formats Q4_K, Q5_K and Q6_K (layouts in quant/blocks.h).
+//
+// Each 256-value super-block is quantized in two levels: first every sub-block gets the scale (and
+// for Q4_K/Q5_K the min) that minimises its squared error, found by a small search; then those
+// per-sub-block numbers are themselves quantized (6 bits against an F16 super-scale for Q4_K/Q5_K,
+// int8 for Q6_K), trying the two nearest codes of each and keeping the one whose re-quantized
+// values have the smaller error. Values are finally assigned to the nearest level of the grid the
+// block actually stores, so dequantization sees exactly what the search chose.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/half.h"
+#include "quant/blocks.h"
+#include "quant/reference_kernels.h"
+
+// No fused multiply-add: see reference_kernels.h.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace kestrel::quant::ref {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Level 1: one sub-block
+//
+// Candidate grids are searched side by side, one per vector lane: the number of levels the
+// sub-block's range spans is stretched by -1 .. +0.875 in steps of 1/8 (so the extreme values land
+// just inside or just past the end levels), every candidate's assignment is refitted by least
+// squares, and the best refit is polished by one more assign-and-refit pass.
+
+constexpr int kCandidates = 16;
+constexpr float kStretchFirst = -1.0f;
+constexpr float kStretchStep = 0.125f;
+constexpr int kLanes = 8;  // interleaved partial sums: one vector register per sum
+
+// round_nearest(v) clamped to [lo, hi], on ints. The loops below are written so GCC vectorizes
+// them (checked with -fopt-info-vec): it turns a float std::clamp to [0, nmax] into vector min/max
+// but not one to [-32, 31] (a compare that may trap blocks the if-conversion), while this integer
+// clamp always vectorizes, so the Q6_K loops use it. |v| stays below a few hundred: v is a value
+// divided by a step of its own sub-block, so the conversion is exact and in range (inputs must be
+// finite; NaN or infinite weights have no k-quant representation).
+inline float clamp_level(float v, int lo, int hi) {
+  return float(std::min(std::max(int(round_nearest(v)), lo), hi));
+}
+
+template <int L>
+float lane_total(const float (&lanes)[L]) {
+  float total = 0.0f;
+  for (float v : lanes) total += v;
+  return total;
+}
+
+// x ~ scale * q - min with q in [0, nmax], min >= 0 (the formats subtract an unsigned min).
+struct AffineFit {
+  float scale = 0.0f;
+  float min = 0.0f;
+  double error = 0.0;
+};
+
+// Least-squares scale and offset (offset <= 0: the format can only subtract) for n values whose
+// levels have sums sum_q, sum_qq (exact: integers below 2^24) and sum_qx; the error is
+// sum (s q + o - x)^2 expanded, so it needs no second pass over x. Infinite if no scale fits.
+AffineFit solve_affine(double n, double sum_x, double sum_xx, double sum_q, double sum_qq,
+                       double sum_qx) {
+  const double det = n * sum_qq - sum_q * sum_q;
+  double scale = (n * sum_qx - sum_q * sum_x) / (det > 0.0 ? det : 1.0);
+  double offset = (sum_qq * sum_x - sum_q * sum_qx) / (det > 0.0 ? det : 1.0);
+  if (offset > 0.0) {
+    offset = 0.0;
+    scale = sum_qx / (sum_qq > 0.0 ? sum_qq : 1.0);
+  }
+  AffineFit fit;
+  fit.scale = float(scale);
+  fit.min = float(-offset);
+  fit.error = det > 0.0 && scale > 0.0
+                  ? sum_xx - 2.0 * scale * sum_qx - 2.0 * offset * sum_x + scale * scale * sum_qq +
+                        2.0 * scale * offset * sum_q + n * offset * offset
+                  : INFINITY;
+  return fit;
+}
+
+template <int N>
+AffineFit search_affine(const float* x, int nmax) {
+  static_assert(N % kLanes == 0);
+  float lo = 0.0f, hi = x[0];
+  float lane_x[kLanes] = {}, lane_xx[kLanes] = {};
+  for (int i = 0; i < N; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      lo = std::min(lo, x[i + k]);
+      hi = std::max(hi, x[i + k]);
+      lane_x[k] += x[i + k];
+      lane_xx[k] += x[i + k] * x[i + k];
+    }
+  }
+  AffineFit best;
+  best.min = -lo;
+  if (!(hi > lo)) return best;  // every value equals lo <= 0: the min alone represents it
+  const double sum_x = lane_total(lane_x), sum_xx = lane_total(lane_xx);
+  const float top = float(nmax);
+
+  float inverse[kCandidates], sum_q[kCandidates] = {}, sum_qq[kCandidates] = {},
+        sum_qx[kCandidates] = {};
+  for (int c = 0; c < kCandidates; ++c) {
+    inverse[c] = (top + kStretchFirst + kStretchStep * float(c)) / (hi - lo);
+  }
+  for (int i = 0; i < N; ++i) {
+    const float shifted = x[i] - lo;
+    for (int c = 0; c < kCandidates; ++c) {
+      const float q = std::clamp(round_nearest(shifted * inverse[c]), 0.0f, top);
+      sum_q[c] += q;
+      sum_qq[c] += q * q;
+      sum_qx[c] += q * x[i];
+    }
+  }
+  best.error = INFINITY;
+  for (int c = 0; c < kCandidates; ++c) {
+    const AffineFit fit = solve_affine(N, sum_x, sum_xx, sum_q[c], sum_qq[c], sum_qx[c]);
+    if (fit.error < best.error) best = fit;
+  }
+  if (!(best.error < INFINITY)) {  // cannot happen for hi > lo; keep the min/max grid regardless
+    best.scale = (hi - lo) / top;
+    best.min = -lo;
+    return best;
+  }
+  // Polish: assign to the best grid and refit once more.
+  const float inv = 1.0f / best.scale;
+  float lane_q[kLanes] = {}, lane_qq[kLanes] = {}, lane_qx[kLanes] = {};
+  for (int i = 0; i < N; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float q = std::clamp(round_nearest((x[i + k] + best.min) * inv), 0.0f, top);
+      lane_q[k] += q;
+      lane_qq[k] += q * q;
+      lane_qx[k] += q * x[i + k];
+    }
+  }
+  const AffineFit fit =
+      solve_affine(N, sum_x, sum_xx, lane_total(lane_q), lane_total(lane_qq), lane_total(lane_qx));
+  if (fit.error < best.error) best = fit;
+  return best;
+}
+
+// x ~ scale * q with q in [-32, 31]; the scale's sign is free, so the extreme value goes to the
+// longer end, -32 (give or take a level). Maximising (sum qx)^2 / sum qq minimises the error of
+// the best scale for those levels.
+template <int N>
+float search_symmetric(const float* x) {
+  float extreme = 0.0f;
+  for (int i = 0; i < N; ++i) {
+    if (std::fabs(x[i]) > std::fabs(extreme)) extreme = x[i];
+  }
+  if (extreme == 0.0f) return 0.0f;
+  float inverse[kCandidates], sum_qq[kCandidates] = {}, sum_qx[kCandidates] = {};
+  for (int c = 0; c < kCandidates; ++c) {
+    inverse[c] = (-32.0f - kStretchFirst - kStretchStep * float(c)) / extreme;
+  }
+  for (int i = 0; i < N; ++i) {
+    for (int c = 0; c < kCandidates; ++c) {
+      const float q = clamp_level(x[i] * inverse[c], -32, 31);
+      sum_qq[c] += q * q;
+      sum_qx[c] += q * x[i];
+    }
+  }
+  float best_scale = extreme / -32.0f;
+  double best_score = -1.0;
+  for (int c = 0; c < kCandidates; ++c) {
+    if (sum_qq[c] <= 0.0f) continue;
+    const double score = double(sum_qx[c]) * sum_qx[c] / sum_qq[c];
+    if (score > best_score) best_score = score, best_scale = sum_qx[c] / sum_qq[c];
+  }
+  // Polish: assign to the best grid and refit once more.
+  const float inv = 1.0f / best_scale;
+  float lane_qq[kLanes] = {}, lane_qx[kLanes] = {};
+  for (int i = 0; i < N; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float q = clamp_level(x[i + k] * inv, -32, 31);
+      lane_qq[k] += q * q;
+      lane_qx[k] += q * x[i + k];
+    }
+  }
+  const float qq = lane_total(lane_qq), qx = lane_total(lane_qx);
+  if (qq > 0.0f && double(qx) * qx / qq > best_score) best_scale = qx / qq;
+  return best_scale;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Level 2: quantize the sub-block scales, then the values against the stored grid
+
+// Squared error of sub-block x on the grid value = step * q - min, values assigned to the nearest
+// level; writes the levels.
+template <int N>
+float assign_affine(const float* x, int nmax, float step, float min, uint8_t* levels) {
+  const float inverse = step > 0.0f ? 1.0f / step : 0.0f;
+  float q[N];
+  for (int i = 0; i < N; ++i) {
+    q[i] = std::clamp(round_nearest((x[i] + min) * inverse), 0.0f, float(nmax));
+  }
+  float lanes[kLanes] = {};
+  for (int i = 0; i < N; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float e = step * q[i + k] - min - x[i + k];
+      lanes[k] += e * e;
+    }
+  }
+  for (int i = 0; i < N; ++i) levels[i] = uint8_t(q[i]);
+  return lane_total(lanes);
+}
+
+// As assign_affine for the grid value = step * (q - 32), q in [0, 63].
+template <int N>
+float assign_symmetric(const float* x, float step, uint8_t* levels) {
+  const float inverse = step != 0.0f ? 1.0f / step : 0.0f;
+  float q[N];
+  for (int i = 0; i < N; ++i) q[i] = clamp_level(x[i] * inverse, -32, 31);
+  float lanes[kLanes] = {};
+  for (int i = 0; i < N; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float e = step * q[i + k] - x[i + k];
+      lanes[k] += e * e;
+    }
+  }
+  for (int i = 0; i < N; ++i) levels[i] = uint8_t(int(q[i]) + 32);
+  return lane_total(lanes);
+}
+
+// The two codes around value / unit, clamped to [lo, hi] (one code when they coincide).
+int neighbour_codes(float value, float unit, int lo, int hi, int codes[2]) {
+  if (unit == 0.0f) {
+    codes[0] = 0;
+    return 1;
+  }
+  const int below = std::clamp(int(std::floor(value / unit)), lo, hi);
+  const int above = std::clamp(below + 1, lo, hi);
+  codes[0] = below;
+  codes[1] = above;
+  return above == below ? 1 : 2;
+}
+
+// Packs the eight 6-bit scales and mins of a Q4_K/Q5_K block (inverse of kquant_scale_min).
+void pack_scale_min(const uint8_t scale[8], const uint8_t min[8], uint8_t* packed) {
+  for (int j = 0; j < 4; ++j) {
+    packed[j] = uint8_t(scale[j] | (scale[j + 4] >> 4) << 6);
+    packed[j + 4] = uint8_t(min[j] | (min[j + 4] >> 4) << 6);
+    packed[j + 8] = uint8_t((scale[j + 4] & 0x0f) | (min[j + 4] & 0x0f) << 4);
+  }
+}
+
+// Shared by Q4_K (nmax 15) and Q5_K (nmax 31): fills d, dmin, the packed scales and the 256
+// levels of one super-block.
+void quantize_affine_superblock(const float* x, int nmax, uint16_t* d_bits, uint16_t* dmin_bits,
+                                uint8_t* packed_scales, uint8_t levels[kQK_K]) {
+  constexpr int kSub = 32;
+  AffineFit fits[kQK_K / kSub];
+  float max_scale = 0.0f, max_min = 0.0f;
+  for (int j = 0; j < kQK_K / kSub; ++j) {
+    fits[j] = search_affine<kSub>(x + j * kSub, nmax);
+    max_scale = std::max(max_scale, fits[j].scale);
+    max_min = std::max(max_min, fits[j].min);
+  }
+  *d_bits = float_to_fp16(max_scale / 63.0f);
+  *dmin_bits = float_to_fp16(max_min / 63.0f);
+  const float d = fp16_to_float(*d_bits);
+  const float dmin = fp16_to_float(*dmin_bits);
+
+  uint8_t scale_codes[8], min_codes[8];
+  for (int j = 0; j < kQK_K / kSub; ++j) {
+    int sc[2], mc[2];
+    const int n_sc = neighbour_codes(fits[j].scale, d, 0, 63, sc);
+    const int n_mc = neighbour_codes(fits[j].min, dmin, 0, 63, mc);
+    float best = INFINITY;
+    uint8_t trial[kSub];
+    for (int a = 0; a < n_sc; ++a) {
+      for (int b = 0; b < n_mc; ++b) {
+        const float error =
+            assign_affine<kSub>(x + j * kSub, nmax, d * float(sc[a]), dmin * float(mc[b]), trial);
+        if (error < best) {
+          best = error;
+          scale_codes[j] = uint8_t(sc[a]);
+          min_codes[j] = uint8_t(mc[b]);
+          std::memcpy(levels + j * kSub, trial, kSub);
+        }
+      }
+    }
+  }
+  pack_scale_min(scale_codes, min_codes, packed_scales);
+}
+
+}  // namespace
+
+void quantize_row_q4_K(const float* src, void* dst, int64_t n) {
+  BlockQ4_K* blocks = static_cast<BlockQ4_K*>(dst);
+  uint8_t levels[kQK_K];
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    BlockQ4_K& block = blocks[b];
+    quantize_affine_superblock(src + b * kQK_K, 15, &block.d, &block.dmin, block.scales, levels);
+    // Each 64-value chunk: byte l = value l (low nibble) | value l + 32 (high nibble).
+    for (int chunk = 0; chunk < kQK_K / 64; ++chunk) {
+      const uint8_t* q = levels + chunk * 64;
+      for (int l = 0; l < 32; ++l) block.qs[chunk * 32 + l] = uint8_t(q[l] | q[l + 32] << 4);
+    }
+  }
+}
+
+void quantize_row_q5_K(const float* src, void* dst, int64_t n) {
+  BlockQ5_K* blocks = static_cast<BlockQ5_K*>(dst);
+  uint8_t levels[kQK_K];
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    BlockQ5_K& block = blocks[b];
+    quantize_affine_superblock(src + b * kQK_K, 31, &block.d, &block.dmin, block.scales, levels);
+    // Low 4 bits as in Q4_K; the fifth bit of value l (+ 32) of chunk c is bit 2c (2c + 1) of qh[l].
+    std::memset(block.qh, 0, sizeof block.qh);
+    for (int chunk = 0; chunk < kQK_K / 64; ++chunk) {
+      const uint8_t* q = levels + chunk * 64;
+      for (int l = 0; l < 32; ++l) {
+        block.qs[chunk * 32 + l] = uint8_t((q[l] & 0x0f) | (q[l + 32] & 0x0f) << 4);
+        block.qh[l] |= uint8_t((q[l] >> 4) << (2 * chunk) | (q[l + 32] >> 4) << (2 * chunk + 1));
+      }
+    }
+  }
+}
+
+void quantize_row_q6_K(const float* src, void* dst, int64_t n) {
+  constexpr int kSub = 16;
+  BlockQ6_K* blocks = static_cast<BlockQ6_K*>(dst);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const float* x = src + b * kQK_K;
+    BlockQ6_K& block = blocks[b];
+    float scales[kQK_K / kSub];
+    float max_abs = 0.0f;
+    for (int j = 0; j < kQK_K / kSub; ++j) {
+      scales[j] = search_symmetric<kSub>(x + j * kSub);
+      max_abs = std::max(max_abs, std::fabs(scales[j]));
+    }
+    block.d = float_to_fp16(max_abs / 127.0f);
+    const float d = fp16_to_float(block.d);
+
+    uint8_t levels[kQK_K];  // q + 32, in [0, 63]
+    for (int j = 0; j < kQK_K / kSub; ++j) {
+      const float* xs = x + j * kSub;
+      int codes[2];
+      const int n_codes = neighbour_codes(scales[j], d, -128, 127, codes);
+      float best = INFINITY;
+      for (int c = 0; c < n_codes; ++c) {
+        uint8_t trial[kSub];
+        const float error = assign_symmetric<kSub>(xs, d * float(codes[c]), trial);
+        if (error < best) {
+          best = error;
+          block.scales[j] = int8_t(codes[c]);
+          std::memcpy(levels + j * kSub, trial, kSub);
+        }
+      }
+    }
+    // Each 128-value half: ql byte l holds values l and l + 64 (low 4 bits), byte l + 32 holds
+    // values l + 32 and l + 96; qh byte l holds the top 2 bits of values l, l + 32, l + 64, l + 96.
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* q = levels + half * 128;
+      uint8_t* ql = block.ql + half * 64;
+      uint8_t* qh = block.qh + half * 32;
+      for (int l = 0; l < 32; ++l) {
+        ql[l] = uint8_t((q[l] & 0x0f) | (q[l + 64] & 0x0f) << 4);
+        ql[l + 32] = uint8_t((q[l + 32] & 0x0f) | (q[l + 96] & 0x0f) << 4);
+        qh[l] = uint8_t((q[l] >> 4) | (q[l + 32] >> 4) << 2 | (q[l + 64] >> 4) << 4 |
+                        (q[l + 96] >> 4) << 6);
+      }
+    }
+  }
+}
+
+}  // namespace kestrel::quant::ref

@@ -1,0 +1,62 @@
+// Scalar reference kernels of every format in the WeightFormat table (quant/format.h), grouped by
+// family and file. Internal to src/quant: other modules reach them through find_format().
+//
+// Every file that defines these kernels turns floating-point contraction off (`#pragma GCC
+// optimize("fp-contract=off")`, or `#pragma clang fp contract(off)` under clang): Release builds
+// target FMA hardware and the compiler would otherwise fuse a * b + c into one rounding,
+// so Debug and Release would quantize to different bytes and dequantize to different floats. With
+// each product rounded on its own the references are defined op by op, agree across build types,
+// and dequantize bitwise like GGML's reference code and gguf-py.
+#pragma once
+
+#include <cstdint>
+
+namespace kestrel::quant::ref {
+
+// Rounds to the nearest integer, ties to even, for |v| < 2^22: adding 1.5 * 2^23 leaves the
+// integer part in the mantissa under the default rounding mode. Plain float adds, so loops that
+// use it vectorize.
+inline float round_nearest(float v) { return (v + 12582912.0f) - 12582912.0f; }
+
+// Q8_1 (format_reference.cpp): activation format of the asymmetric INT4 types.
+void quantize_row_q8_1(const float* src, void* dst, int64_t n);
+void dequantize_row_q8_1(const void* src, float* dst, int64_t n);
+float vec_dot_q8_1_q8_1(const void* w, const void* a, int64_t n);
+
+// k-quants (kquants_quantize.cpp: quantizers; kquants_reference.cpp: the rest).
+void quantize_row_q4_K(const float* src, void* dst, int64_t n);
+void quantize_row_q5_K(const float* src, void* dst, int64_t n);
+void quantize_row_q6_K(const float* src, void* dst, int64_t n);
+void dequantize_row_q4_K(const void* src, float* dst, int64_t n);
+void dequantize_row_q5_K(const void* src, float* dst, int64_t n);
+void dequantize_row_q6_K(const void* src, float* dst, int64_t n);
+float vec_dot_q4_K_q8_K(const void* w, const void* a, int64_t n);
+float vec_dot_q5_K_q8_K(const void* w, const void* a, int64_t n);
+float vec_dot_q6_K_q8_K(const void* w, const void* a, int64_t n);
+void quantize_row_q8_K(const float* src, void* dst, int64_t n);
+void dequantize_row_q8_K(const void* src, float* dst, int64_t n);
+float vec_dot_q8_K_q8_K(const void* w, const void* a, int64_t n);
+
+// Kestrel's integer formats (int_formats.cpp).
+void quantize_row_int8_pc(const float* src, void* dst, int64_t n);
+void dequantize_row_int8_pc(const void* src, float* dst, int64_t n);
+float vec_dot_int8_pc_q8_0(const void* w, const void* a, int64_t n);
+template <int G>
+void quantize_row_int4_sym(const float* src, void* dst, int64_t n);
+template <int G>
+void dequantize_row_int4_sym(const void* src, float* dst, int64_t n);
+template <int G>
+float vec_dot_int4_sym_q8_0(const void* w, const void* a, int64_t n);
+template <int G>
+void quantize_row_int4_asym(const float* src, void* dst, int64_t n);
+template <int G>
+void dequantize_row_int4_asym(const void* src, float* dst, int64_t n);
+template <int G>
+float vec_dot_int4_asym_q8_1(const void* w, const void* a, int64_t n);
+
+// FP8 E4M3 per channel (fp8.cpp).
+void quantize_row_fp8_e4m3_pc(const float* src, void* dst, int64_t n);
+void dequantize_row_fp8_e4m3_pc(const void* src, float* dst, int64_t n);
+float vec_dot_fp8_e4m3_pc_f32(const void* w, const void* a, int64_t n);
+
+}  // namespace kestrel::quant::ref

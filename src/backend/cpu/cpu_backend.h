@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/kernels.h"
 #include "core/thread_pool.h"
 
 namespace kestrel {
@@ -32,7 +33,8 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadPool pool_;
-  std::vector<uint8_t> activation_scratch_;  // activations converted to the weight's dot type
+  const cpu::KernelTable* kernels_;          // chosen at construction (CPUID, KESTREL_ISA)
+  std::vector<uint8_t> activation_scratch_;  // activations converted for the matmul kernel
 };
 
 }  // namespace kestrel

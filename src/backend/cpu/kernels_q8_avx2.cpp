@@ -1,0 +1,199 @@
+// AVX2 kernels for the formats whose activations are Q8_0 or Q8_1 (see kernels_q8_avx512.cpp for
+// the design): Q8_0, Q4_0, Q4_1, INT8_PC, INT4_SYM_G*, INT4_ASYM_G* (Q5_0/Q5_1 use the scalar table). One step is 64 elements = two activation blocks; lanes of a 32-byte vector hold 16
+// bytes of each block (kernels_q8_common.h, NB = 2). AVX2 has no VNNI, so the byte products go
+// through maddubs (u8 x s8 -> pairs summed in int16) and madd (int16 pairs -> int32):
+//  - 4-bit formats: levels 0..15 are already unsigned; two maddubs results fit one int16 sum
+//    (2 * 2 * 15 * 127 < 2^15); C = 8 is taken back out through corr as in the AVX-512 kernels.
+//  - 8-bit formats (Q8_0, INT8_PC): q + 128 would overflow maddubs' int16 pairs, so they use the
+//    sign trick instead (|w| times a with w's sign), C = 0, and one madd per maddubs.
+#include "backend/cpu/kernels_isa.h"
+#include "backend/cpu/kernels_q8_common.h"
+#include "backend/cpu/kernels_simd_avx2.h"
+#include "backend/cpu/kernels_tile.h"
+#include "quant/blocks.h"
+
+namespace kestrel::cpu {
+namespace {
+
+struct WeightStep {
+  __m256i a, b;  // levels (4-bit formats) or signed bytes (8-bit formats)
+  __m256 scale, min;
+};
+
+inline __m256 scales2(const uint8_t* p, int64_t stride) {
+  const uint32_t h = uint32_t(load_u16(p)) | uint32_t(load_u16(p + stride)) << 16;
+  const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(int(h)));
+  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(f), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+inline __m256 scales1(const uint8_t* p) { return _mm256_set1_ps(fp16_to_f32(load_u16(p))); }
+
+inline __m256i low_nibbles(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f)); }
+inline __m256i high_nibbles(__m256i v) {
+  return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+}
+inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+struct Q8_0Decoder {
+  static constexpr int64_t kHeader = 0, kBlockElements = 32, kBlockBytes = 34;
+  static constexpr int C = 0;
+  static constexpr bool kAsym = false, kSigned = true, kBlockScale = true, kRowScale = false;
+  static WeightStep decode(const uint8_t* data, int64_t s) {
+    const uint8_t* p = data + s * 2 * kBlockBytes;
+    const __m256i y0 = load256(p + 2), y1 = load256(p + 36);
+    return {_mm256_permute2x128_si256(y0, y1, 0x20), _mm256_permute2x128_si256(y0, y1, 0x31),
+            scales2(p, kBlockBytes), _mm256_setzero_ps()};
+  }
+};
+
+struct Int8PcDecoder {
+  static constexpr int64_t kHeader = quant::kPerChannelHeaderBytes, kBlockElements = 1, kBlockBytes = 1;
+  static constexpr int C = 0;
+  static constexpr bool kAsym = false, kSigned = true, kBlockScale = false, kRowScale = true;
+  static WeightStep decode(const uint8_t* data, int64_t s) {
+    const uint8_t* p = data + s * 64;
+    const __m256i x0 = load256(p), x1 = load256(p + 32);
+    return {_mm256_permute2x128_si256(x0, x1, 0x20), _mm256_permute2x128_si256(x0, x1, 0x31),
+            _mm256_setzero_ps(), _mm256_setzero_ps()};
+  }
+};
+
+template <int G, bool kAsymmetric>
+struct Int4Decoder {
+  static constexpr int64_t kQs = kAsymmetric ? 4 : 2;
+  static constexpr int64_t kHeader = 0, kBlockElements = G, kBlockBytes = kQs + G / 2;
+  static constexpr int C = kAsymmetric ? 0 : 8;
+  static constexpr bool kAsym = kAsymmetric, kSigned = false, kBlockScale = true, kRowScale = false;
+  static WeightStep decode(const uint8_t* data, int64_t s) {
+    WeightStep w;
+    if constexpr (G == 32) {
+      const uint8_t* p = data + s * 2 * kBlockBytes;
+      const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(p + kQs)),
+                                                load128(p + kBlockBytes + kQs), 1);
+      w.a = low_nibbles(y);
+      w.b = high_nibbles(y);
+      w.scale = scales2(p, kBlockBytes);
+      if constexpr (kAsymmetric) w.min = scales2(p + 2, kBlockBytes);
+    } else if constexpr (G == 64) {
+      // One block per step: q0:16 gives elements 0-15 (low) and 32-47 (high), q16:32 the rest.
+      const uint8_t* p = data + s * kBlockBytes;
+      const __m256i shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+      w.a = low_nibbles(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(load128(p + kQs)), shift));
+      w.b = low_nibbles(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(load128(p + kQs + 16)), shift));
+      w.scale = scales1(p);
+      if constexpr (kAsymmetric) w.min = scales1(p + 2);
+    } else {
+      static_assert(G == 128);
+      // Half a block per step: even steps take the low nibbles (elements 0-63), odd the high.
+      const uint8_t* p = data + (s / 2) * kBlockBytes;
+      const __m256i x0 = load256(p + kQs), x1 = load256(p + kQs + 32);
+      __m256i a = _mm256_permute2x128_si256(x0, x1, 0x20);  // q0:16, q32:48
+      __m256i b = _mm256_permute2x128_si256(x0, x1, 0x31);  // q16:32, q48:64
+      if (s % 2 != 0) {
+        a = _mm256_srli_epi16(a, 4);
+        b = _mm256_srli_epi16(b, 4);
+      }
+      w.a = low_nibbles(a);
+      w.b = low_nibbles(b);
+      w.scale = scales1(p);
+      if constexpr (kAsymmetric) w.min = scales1(p + 2);
+    }
+    if constexpr (!kAsymmetric) w.min = _mm256_setzero_ps();
+    return w;
+  }
+};
+
+template <class D>
+struct PairKernel {
+  using Layout = Q8Layout<2, D::kAsym>;
+  static constexpr int kRows = 1, kTokens = 4, kDecodeRows = 2;
+  // Bytes of one step (for G = 128 a step is half a block; such rows never have a partial step).
+  static constexpr int64_t kStepBytes =
+      D::kBlockElements > 64 ? D::kBlockBytes : 64 / D::kBlockElements * D::kBlockBytes;
+  using Acc = __m256;
+  using W = WeightStep;
+  struct A {
+    __m256i qa, qb, corr;
+    __m256 da, s;
+  };
+  static int64_t steps(int64_t k) { return (k + 63) / 64; }
+  static int64_t direct_steps(int64_t k) { return k / 64; }
+  static Acc zero() { return _mm256_setzero_ps(); }
+  static W load_w(const uint8_t* row, int64_t s) { return D::decode(row + D::kHeader, s); }
+  static W load_w_tail(const uint8_t* row, int64_t s, int64_t k) {
+    alignas(32) uint8_t step[kStepBytes + 32] = {};
+    std::memcpy(step, row + D::kHeader + s * kStepBytes,
+                size_t((k - s * 64) / D::kBlockElements * D::kBlockBytes));
+    return D::decode(step, 0);
+  }
+  static A load_a(const uint8_t* act, int64_t s) {
+    const uint8_t* g = act + s * Layout::kGroupBytes;
+    A a;
+    a.qa = load256(g + Layout::kQsA);
+    a.qb = load256(g + Layout::kQsB);
+    a.corr = load256(g + Layout::kCorr);
+    a.da = _mm256_loadu_ps(reinterpret_cast<const float*>(g + Layout::kScale));
+    if constexpr (D::kAsym) {
+      a.s = _mm256_loadu_ps(reinterpret_cast<const float*>(g + Layout::kSum));
+    } else {
+      a.s = _mm256_setzero_ps();
+    }
+    return a;
+  }
+  static void mac(Acc& acc, const W& w, const A& a) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i dot;
+    if constexpr (D::kSigned) {
+      const __m256i pa = _mm256_maddubs_epi16(_mm256_sign_epi8(w.a, w.a), _mm256_sign_epi8(a.qa, w.a));
+      const __m256i pb = _mm256_maddubs_epi16(_mm256_sign_epi8(w.b, w.b), _mm256_sign_epi8(a.qb, w.b));
+      dot = _mm256_add_epi32(_mm256_madd_epi16(pa, ones), _mm256_madd_epi16(pb, ones));
+    } else {
+      const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w.a, a.qa), _mm256_maddubs_epi16(w.b, a.qb));
+      dot = _mm256_add_epi32(_mm256_madd_epi16(p, ones), a.corr);
+    }
+    const __m256 scale = D::kBlockScale ? _mm256_mul_ps(w.scale, a.da) : a.da;
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc);
+    if constexpr (D::kAsym) acc = _mm256_fmadd_ps(w.min, a.s, acc);
+  }
+  static float finish(Acc acc, const uint8_t* row) {
+    const float sum = hsum(acc);
+    return D::kRowScale ? sum * load_f32(row) : sum;
+  }
+};
+
+template <class D>
+constexpr FormatKernels make_kernels(DType type) {
+  return {type, Q8Layout<2, D::kAsym>::row_bytes, convert_q8_groups<2, D::kAsym, D::C>,
+          matmul_tile<PairKernel<D>>};
+}
+
+constexpr FormatKernels kQ8_0 = make_kernels<Q8_0Decoder>(DType::Q8_0);
+constexpr FormatKernels kQ4_0 = make_kernels<Int4Decoder<32, false>>(DType::Q4_0);
+constexpr FormatKernels kQ4_1 = make_kernels<Int4Decoder<32, true>>(DType::Q4_1);  // = INT4_ASYM_G32
+constexpr FormatKernels kInt8Pc = make_kernels<Int8PcDecoder>(DType::INT8_PC);
+constexpr FormatKernels kInt4Sym32 = make_kernels<Int4Decoder<32, false>>(DType::INT4_SYM_G32);
+constexpr FormatKernels kInt4Sym64 = make_kernels<Int4Decoder<64, false>>(DType::INT4_SYM_G64);
+constexpr FormatKernels kInt4Sym128 = make_kernels<Int4Decoder<128, false>>(DType::INT4_SYM_G128);
+constexpr FormatKernels kInt4Asym32 = make_kernels<Int4Decoder<32, true>>(DType::INT4_ASYM_G32);
+constexpr FormatKernels kInt4Asym64 = make_kernels<Int4Decoder<64, true>>(DType::INT4_ASYM_G64);
+constexpr FormatKernels kInt4Asym128 = make_kernels<Int4Decoder<128, true>>(DType::INT4_ASYM_G128);
+
+}  // namespace
+
+const FormatKernels* avx2_q8_kernels(DType weight_type) {
+  switch (weight_type) {
+    case DType::Q8_0: return &kQ8_0;
+    case DType::Q4_0: return &kQ4_0;
+    case DType::Q4_1: return &kQ4_1;
+    case DType::INT8_PC: return &kInt8Pc;
+    case DType::INT4_SYM_G32: return &kInt4Sym32;
+    case DType::INT4_SYM_G64: return &kInt4Sym64;
+    case DType::INT4_SYM_G128: return &kInt4Sym128;
+    case DType::INT4_ASYM_G32: return &kInt4Asym32;
+    case DType::INT4_ASYM_G64: return &kInt4Asym64;
+    case DType::INT4_ASYM_G128: return &kInt4Asym128;
+    default: return nullptr;
+  }
+}
+
+}  // namespace kestrel::cpu

@@ -1,0 +1,324 @@
+// AVX-512 VNNI kernels for the formats whose activations are Q8_0 or Q8_1: Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1, INT8_PC, INT4_SYM_G32/64/128 (G32 is byte-identical to Q4_0) and INT4_ASYM_G32/64/128
+// (G32 is byte-identical to Q4_1).
+//
+// One step is 128 elements = four activation blocks of 32. A weight decoder turns a step of a
+// weight row into two 64-byte vectors of unsigned levels (q + C for signed formats) arranged like
+// the activation layout of kernels_q8_common.h — 16 bytes of each activation block per vector —
+// plus each lane's weight scale (and min, for the asymmetric formats). Then, per (row, token):
+//   int32 lanes  = corr + dpbusd(levels_a, qs_a) + dpbusd(levels_b, qs_b)   (exact; corr removes C)
+//   acc         += float(lanes) * (weight scale * activation scale)          (one rounding each)
+//   acc         += weight min * s                                            (asymmetric only)
+// Every lane belongs to one activation block (and one weight block), so the integer part of a
+// block is exact and only one multiply-add per four lanes is done in float.
+// GCC 12 reports its own _mm512_undefined_* helpers as uninitialised once inlined.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include "backend/cpu/kernels_isa.h"
+#include "backend/cpu/kernels_q8_common.h"
+#include "backend/cpu/kernels_simd_avx512.h"
+#include "backend/cpu/kernels_tile.h"
+#include "quant/blocks.h"
+
+namespace kestrel::cpu {
+namespace {
+
+struct WeightStep {
+  __m512i a, b;
+  __m512 scale, min;
+};
+
+// F16 values at p and p + stride widened to F32, each over 8 lanes; or one over all 16 lanes.
+inline __m512 scales2(const uint8_t* p, int64_t stride) {
+  const uint32_t h = uint32_t(load_u16(p)) | uint32_t(load_u16(p + stride)) << 16;
+  const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(int(h)));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                               _mm512_castps128_ps512(f));
+}
+inline __m512 scales1(const uint8_t* p) { return _mm512_set1_ps(fp16_to_f32(load_u16(p))); }
+
+inline __m512i low_nibbles(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0f)); }
+inline __m512i high_nibbles(__m512i v) {
+  return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
+}
+inline __m512i offset_bytes(__m512i v) { return _mm512_xor_si512(v, _mm512_set1_epi8(char(0x80))); }
+
+// Byte shuffles (vpermt2b) gather a step's bytes from a window of two 64-byte loads, at offsets 0
+// and `second` from the step's start: window byte b is index b (< 64) or 64 + b - second.
+struct ByteIndex {
+  alignas(64) uint8_t b[64];
+};
+constexpr uint8_t window_index(int b, int second) { return uint8_t(b < 64 ? b : 64 + b - second); }
+
+// The 64 bytes of a Q8_0-like quad (4 blocks of `block` bytes, 16 wanted bytes per block starting
+// at `first` within the block), block after block.
+constexpr ByteIndex quad_bytes(int block, int first, int window_start, int second) {
+  ByteIndex index{};
+  for (int i = 0; i < 64; ++i) index.b[i] = window_index(block * (i / 16) + first + i % 16 - window_start, second);
+  return index;
+}
+// 16 F16 values: lanes 4j .. 4j + 3 take the F16 at byte `field` of block j.
+constexpr ByteIndex quad_halves(int block, int field, int second) {
+  ByteIndex index{};
+  for (int i = 0; i < 32; ++i) index.b[i] = window_index(block * (i / 8) + field + i % 2, second);
+  return index;
+}
+inline __m512i shuffle_window(const ByteIndex& index, __m512i first, __m512i second) {
+  return _mm512_permutex2var_epi8(first, _mm512_load_si512(index.b), second);
+}
+// The same for indices that all point into the first load (one vpermb: half the cost of vpermt2b).
+inline __m512i shuffle_first(const ByteIndex& index, __m512i first) {
+  return _mm512_permutexvar_epi8(_mm512_load_si512(index.b), first);
+}
+inline __m512 halves_to_f32(__m512i bytes) { return _mm512_cvtph_ps(_mm512_castsi512_si256(bytes)); }
+
+// Zero-masked load of the bytes of [p, p + 64) that lie before p + valid.
+inline __m512i load_upto(const uint8_t* p, int64_t valid) {
+  return _mm512_maskz_loadu_epi8(first_lanes64(valid < 0 ? 0 : valid), p);
+}
+
+// Q8_0: blocks of 34 bytes (F16 d, 32 int8); levels q + 128. A quad is 136 bytes: the blocks'
+// qs come from four 32-byte loads, regrouped by 128-bit lanes into elements 0-15 and 16-31 of each
+// block (two vinserti64x4 and two vshufi64x2 cost less than two vpermt2b), and the four d from
+// the window [0, 128).
+struct Q8_0Decoder {
+  static constexpr int64_t kHeader = 0, kBlockElements = 32, kBlockBytes = 34;
+  static constexpr int C = 128;
+  static constexpr bool kAsym = false, kBlockScale = true, kRowScale = false;
+  static constexpr ByteIndex kScales = quad_halves(34, 0, 64);
+  static WeightStep decode_loaded(__m256i q0, __m256i q1, __m256i q2, __m256i q3, __m512i w0, __m512i w64) {
+    const __m512i y01 = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
+    const __m512i y23 = _mm512_inserti64x4(_mm512_castsi256_si512(q2), q3, 1);
+    return {offset_bytes(_mm512_shuffle_i64x2(y01, y23, _MM_SHUFFLE(2, 0, 2, 0))),
+            offset_bytes(_mm512_shuffle_i64x2(y01, y23, _MM_SHUFFLE(3, 1, 3, 1))),
+            halves_to_f32(shuffle_window(kScales, w0, w64)), _mm512_setzero_ps()};
+  }
+  static __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static __m256i load32_upto(const uint8_t* p, int64_t valid) {
+    return _mm256_maskz_loadu_epi8(__mmask32(first_lanes64(valid < 0 ? 0 : valid)), p);
+  }
+  static WeightStep decode(const uint8_t* data, int64_t s) {
+    const uint8_t* p = data + s * 4 * kBlockBytes;
+    prefetch_ahead(p, 384);
+    return decode_loaded(load32(p + 2), load32(p + 36), load32(p + 70), load32(p + 104), _mm512_loadu_si512(p),
+                         _mm512_loadu_si512(p + 64));
+  }
+  static WeightStep decode_tail(const uint8_t* p, int64_t valid) {
+    return decode_loaded(load32_upto(p + 2, valid - 2), load32_upto(p + 36, valid - 36),
+                         load32_upto(p + 70, valid - 70), load32_upto(p + 104, valid - 104), load_upto(p, valid),
+                         load_upto(p + 64, valid - 64));
+  }
+};
+
+// Blocks of 32 with 4-bit nibbles: F16 d [, F16 m] [, 32-bit qh], 16 bytes whose low nibbles are
+// elements 0-15 and high nibbles 16-31; qh (Q5_0, Q5_1) adds bit j of qh as the fifth bit (16)
+// of element j. Levels are the unsigned values; symmetric formats mean level - C (C = 8 or 16),
+// which their activations carry. Instances: Q4_0 and INT4_SYM_G32 (same bytes), Q4_1 and
+// INT4_ASYM_G32 (same bytes), Q5_0, Q5_1. A quad (4 blocks) is the window [0, 64) + [second, 4B).
+template <int kBlock, int kQsAt, int kQhAt, bool kAsymmetric, int kC>
+struct G32Decoder {
+  static constexpr int64_t kHeader = 0, kBlockElements = 32, kBlockBytes = kBlock;
+  static constexpr int kSecond = 4 * kBlock - 64;
+  static constexpr int C = kC;
+  static constexpr bool kAsym = kAsymmetric, kBlockScale = true, kRowScale = false;
+  // Whether the four blocks' d (and m) lie in the first 64 bytes: one vpermb, not a vpermt2b.
+  static constexpr bool kScalesInFirst = 3 * kBlock + (kAsymmetric ? 4 : 2) <= 64;
+  static constexpr ByteIndex kQs = quad_bytes(kBlock, kQsAt, 0, kSecond);
+  static constexpr ByteIndex kScales = quad_halves(kBlock, 0, kSecond);
+  static constexpr ByteIndex kMins = quad_halves(kBlock, 2, kSecond);
+  static __m512 halves(const ByteIndex& index, __m512i first, __m512i second) {
+    return halves_to_f32(kScalesInFirst ? shuffle_first(index, first) : shuffle_window(index, first, second));
+  }
+  static WeightStep decode_loaded(const uint8_t* p, __m512i first, __m512i second) {
+    const __m512i qs = shuffle_window(kQs, first, second);
+    WeightStep w{low_nibbles(qs), high_nibbles(qs), halves(kScales, first, second), _mm512_setzero_ps()};
+    if constexpr (kAsymmetric) w.min = halves(kMins, first, second);
+    if constexpr (kQhAt >= 0) {
+      // Byte 16j + i of the first vector is element i of block j (fifth bit: bit i of its qh),
+      // of the second vector element 16 + i (bit 16 + i).
+      uint64_t low = 0, high = 0;
+      for (int j = 0; j < 4; ++j) {
+        uint32_t qh;
+        std::memcpy(&qh, p + j * kBlock + kQhAt, 4);
+        low |= uint64_t(qh & 0xffffu) << (16 * j);
+        high |= uint64_t(qh >> 16) << (16 * j);
+      }
+      const __m512i sixteen = _mm512_set1_epi8(16);
+      w.a = _mm512_mask_add_epi8(w.a, __mmask64(low), w.a, sixteen);
+      w.b = _mm512_mask_add_epi8(w.b, __mmask64(high), w.b, sixteen);
+    }
+    return w;
+  }
+  static WeightStep decode(const uint8_t* data, int64_t s) {
+    const uint8_t* p = data + s * 4 * kBlockBytes;
+    prefetch_ahead(p, 256);
+    return decode_loaded(p, _mm512_loadu_si512(p), _mm512_loadu_si512(p + kSecond));
+  }
+  static WeightStep decode_tail(const uint8_t* p, int64_t valid) {
+    if constexpr (kQhAt >= 0) {
+      // qh is read with scalar loads: decode a zero-padded copy of the partial quad instead.
+      alignas(64) uint8_t quad[4 * kBlock] = {};
+      std::memcpy(quad, p, size_t(valid));
+      return decode(quad, 0);
+    } else {
+      return decode_loaded(p, load_upto(p, valid), load_upto(p + kSecond, valid - kSecond));
+    }
+  }
+};
+using Q4_0Decoder = G32Decoder<18, 2, -1, false, 8>;
+using Q4_1Decoder = G32Decoder<20, 4, -1, true, 0>;
+using Q5_0Decoder = G32Decoder<22, 6, 2, false, 16>;
+using Q5_1Decoder = G32Decoder<24, 8, 4, true, 0>;
+
+// INT8_PC: an F32 row scale, then int8 values; levels q + 128; the row scale is applied at the end.
+struct Int8PcDecoder {
+  static constexpr int64_t kHeader = quant::kPerChannelHeaderBytes, kBlockElements = 1, kBlockBytes = 1;
+  static constexpr int C = 128;
+  static constexpr bool kAsym = false, kBlockScale = false, kRowScale = true;
+  static WeightStep decode(const uint8_t* data, int64_t s) {
+    const uint8_t* p = data + s * 128;
+    prefetch_ahead(p, 384);
+    return decode_loaded(_mm512_loadu_si512(p), _mm512_loadu_si512(p + 64));
+  }
+  static WeightStep decode_tail(const uint8_t* p, int64_t valid) {
+    return decode_loaded(load_upto(p, valid), load_upto(p + 64, valid - 64));
+  }
+  static WeightStep decode_loaded(__m512i l0, __m512i l1) {
+    return {offset_bytes(_mm512_shuffle_i64x2(l0, l1, _MM_SHUFFLE(2, 0, 2, 0))),
+            offset_bytes(_mm512_shuffle_i64x2(l0, l1, _MM_SHUFFLE(3, 1, 3, 1))), _mm512_setzero_ps(),
+            _mm512_setzero_ps()};
+  }
+};
+
+// INT4 groups of G = 64 or 128, laid out as the G = 32 ones above.
+template <int G, bool kAsymmetric>
+struct Int4Decoder {
+  static constexpr int64_t kQs = kAsymmetric ? 4 : 2;
+  static constexpr int64_t kHeader = 0, kBlockElements = G, kBlockBytes = kQs + G / 2;
+  static constexpr int C = kAsymmetric ? 0 : 8;
+  static constexpr bool kAsym = kAsymmetric, kBlockScale = true, kRowScale = false;
+  static WeightStep decode(const uint8_t* data, int64_t s) {
+    const uint8_t* p = data + s * (128 / G) * kBlockBytes;
+    prefetch_ahead(p, 256);
+    WeightStep w;
+    if constexpr (G == 64) {
+      // [B0 q0:16, B0 q16:32, B1 q0:16, B1 q16:32]; 128-bit lanes 1 and 3 take the high nibbles.
+      const __m512i y = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(p + kQs))),
+                                           _mm256_loadu_si256((const __m256i*)(p + kBlockBytes + kQs)), 1);
+      const __m512i shift = _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0, 0,
+                                              0x0004000400040004, 0x0004000400040004);
+      w.a = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(2, 2, 0, 0)), shift));
+      w.b = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(3, 3, 1, 1)), shift));
+      w.scale = scales2(p, kBlockBytes);
+      if constexpr (kAsymmetric) w.min = scales2(p + 2, kBlockBytes);
+    } else {
+      static_assert(G == 128);
+      // q0:16 and q32:48 (low nibbles: elements 0-15, 32-47; high: 64-79, 96-111), then the rest.
+      const __m512i y = _mm512_loadu_si512(p + kQs);
+      const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 0x0004000400040004, 0x0004000400040004,
+                                              0x0004000400040004, 0x0004000400040004);
+      w.a = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(2, 0, 2, 0)), shift));
+      w.b = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(3, 1, 3, 1)), shift));
+      w.scale = scales1(p);
+      if constexpr (kAsymmetric) w.min = scales1(p + 2);
+    }
+    if constexpr (!kAsymmetric) w.min = _mm512_setzero_ps();
+    return w;
+  }
+};
+
+template <class D>
+struct QuadKernel {
+  using Layout = Q8Layout<4, D::kAsym>;
+  static constexpr int kRows = 4, kTokens = 5, kDecodeRows = 4;
+  static constexpr int64_t kStepBytes = 128 / D::kBlockElements * D::kBlockBytes;
+  using Acc = __m512;
+  using W = WeightStep;
+  struct A {
+    __m512i qa, qb, corr;
+    __m512 da, s;
+  };
+  static int64_t steps(int64_t k) { return (k + 127) / 128; }
+  static int64_t direct_steps(int64_t k) { return k / 128; }
+  static Acc zero() { return _mm512_setzero_ps(); }
+  static W load_w(const uint8_t* row, int64_t s) { return D::decode(row + D::kHeader, s); }
+  static W load_w_tail(const uint8_t* row, int64_t s, int64_t k) {
+    // The row's last blocks; what lies past them decodes to zero scales, so the padding adds 0.
+    const uint8_t* p = row + D::kHeader + s * kStepBytes;
+    const int64_t valid = (k - s * 128) / D::kBlockElements * D::kBlockBytes;
+    if constexpr (requires { D::decode_tail(p, valid); }) {
+      return D::decode_tail(p, valid);
+    } else {
+      alignas(64) uint8_t step[kStepBytes] = {};
+      std::memcpy(step, p, size_t(valid));
+      return D::decode(step, 0);
+    }
+  }
+  static A load_a(const uint8_t* act, int64_t s) {
+    const uint8_t* g = act + s * Layout::kGroupBytes;
+    A a;
+    a.qa = _mm512_loadu_si512(g + Layout::kQsA);
+    a.qb = _mm512_loadu_si512(g + Layout::kQsB);
+    a.corr = _mm512_loadu_si512(g + Layout::kCorr);
+    a.da = _mm512_loadu_ps(g + Layout::kScale);
+    if constexpr (D::kAsym) {
+      a.s = _mm512_loadu_ps(g + Layout::kSum);
+    } else {
+      a.s = _mm512_setzero_ps();
+    }
+    return a;
+  }
+  static void mac(Acc& acc, const W& w, const A& a) {
+    __m512i dot = _mm512_dpbusd_epi32(a.corr, w.a, a.qa);
+    dot = _mm512_dpbusd_epi32(dot, w.b, a.qb);
+    const __m512 scale = D::kBlockScale ? _mm512_mul_ps(w.scale, a.da) : a.da;
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+    if constexpr (D::kAsym) acc = _mm512_fmadd_ps(w.min, a.s, acc);
+  }
+  static float finish(Acc acc, const uint8_t* row) {
+    const float sum = hsum(acc);
+    return D::kRowScale ? sum * load_f32(row) : sum;
+  }
+};
+
+template <class D>
+constexpr FormatKernels make_kernels(DType type) {
+  return {type, Q8Layout<4, D::kAsym>::row_bytes, convert_q8_groups<4, D::kAsym, D::C>,
+          matmul_tile<QuadKernel<D>>};
+}
+
+constexpr FormatKernels kQ8_0 = make_kernels<Q8_0Decoder>(DType::Q8_0);
+constexpr FormatKernels kQ4_0 = make_kernels<Q4_0Decoder>(DType::Q4_0);
+constexpr FormatKernels kQ4_1 = make_kernels<Q4_1Decoder>(DType::Q4_1);
+constexpr FormatKernels kQ5_0 = make_kernels<Q5_0Decoder>(DType::Q5_0);
+constexpr FormatKernels kQ5_1 = make_kernels<Q5_1Decoder>(DType::Q5_1);
+constexpr FormatKernels kInt8Pc = make_kernels<Int8PcDecoder>(DType::INT8_PC);
+constexpr FormatKernels kInt4Sym32 = make_kernels<Q4_0Decoder>(DType::INT4_SYM_G32);
+constexpr FormatKernels kInt4Sym64 = make_kernels<Int4Decoder<64, false>>(DType::INT4_SYM_G64);
+constexpr FormatKernels kInt4Sym128 = make_kernels<Int4Decoder<128, false>>(DType::INT4_SYM_G128);
+constexpr FormatKernels kInt4Asym32 = make_kernels<Q4_1Decoder>(DType::INT4_ASYM_G32);
+constexpr FormatKernels kInt4Asym64 = make_kernels<Int4Decoder<64, true>>(DType::INT4_ASYM_G64);
+constexpr FormatKernels kInt4Asym128 = make_kernels<Int4Decoder<128, true>>(DType::INT4_ASYM_G128);
+
+}  // namespace
+
+const FormatKernels* avx512_q8_kernels(DType weight_type) {
+  switch (weight_type) {
+    case DType::Q8_0: return &kQ8_0;
+    case DType::Q4_0: return &kQ4_0;
+    case DType::Q4_1: return &kQ4_1;
+    case DType::Q5_0: return &kQ5_0;
+    case DType::Q5_1: return &kQ5_1;
+    case DType::INT8_PC: return &kInt8Pc;
+    case DType::INT4_SYM_G32: return &kInt4Sym32;
+    case DType::INT4_SYM_G64: return &kInt4Sym64;
+    case DType::INT4_SYM_G128: return &kInt4Sym128;
+    case DType::INT4_ASYM_G32: return &kInt4Asym32;
+    case DType::INT4_ASYM_G64: return &kInt4Asym64;
+    case DType::INT4_ASYM_G128: return &kInt4Asym128;
+    default: return nullptr;
+  }
+}
+
+}  // namespace kestrel::cpu

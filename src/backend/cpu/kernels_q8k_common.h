@@ -1,0 +1,85 @@
+// Activation converter shared by the AVX2 and AVX-512 k-quant kernels (kernels_kquant_*.cpp,
+// which alone include it; AVX2 code with internal linkage, see kernels_tile.h).
+//
+// The values are bit for bit those of quant's quantize_row_q8_K (per 256: d = amax / 127 in F32,
+// q = x * (127 / amax) rounded to nearest even and clamped to +-127, bsums = sums of 16 q's),
+// laid out per super-block in 320 bytes so every vector load is aligned:
+//   qs[256]      the 256 q, in element order or, with kPaired, with the 32-element sub-blocks in
+//                the order 0 2 1 3 4 6 5 7 (so one 64-byte load of Q4_K nibbles, low and high,
+//                meets two consecutive 64-byte activation vectors); with kOffset, stored as
+//                q + 128 (unsigned), which the Q6_K kernels multiply with signed weights
+//   bsums[16]    int16 sums of 16 q (of q itself, not q + 128)
+//   d            F32
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace kestrel::cpu {
+namespace {
+
+struct Q8KLayout {
+  static constexpr int64_t kQs = 0, kBsums = 256, kScale = 288, kBlockBytes = 320;
+  static int64_t row_bytes(int64_t k) { return k / 256 * kBlockBytes; }
+};
+
+template <bool kOffset, bool kPaired = false>
+void convert_q8_k(const float* x, uint8_t* out, int64_t k) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const float* xb = x + b * 256;
+    uint8_t* block = out + b * Q8KLayout::kBlockBytes;
+    __m256 m = _mm256_setzero_ps();
+    // max(|x|, acc) keeps acc when x is NaN, as std::max(amax, |x|) in the reference does.
+    for (int i = 0; i < 256; i += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + i)), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float amax = _mm_cvtss_f32(h);
+    const float d = amax / 127.0f;
+    const __m256 inverse = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    alignas(32) int8_t q[256];
+    for (int i = 0; i < 256; i += 32) {
+      __m256i v[4];
+      for (int j = 0; j < 4; ++j) {
+        __m256 s = _mm256_mul_ps(_mm256_loadu_ps(xb + i + 8 * j), inverse);
+        s = _mm256_round_ps(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v[j] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(s, lo), hi));
+      }
+      const __m256i bytes = _mm256_permutevar8x32_epi32(
+          _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3])),
+          _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(q + i), bytes);
+      const __m256i stored = kOffset ? _mm256_xor_si256(bytes, _mm256_set1_epi8(char(0x80))) : bytes;
+      // Sub-block i / 32 goes to slot 0 2 1 3 4 6 5 7 when paired (the map is its own inverse).
+      const int sub = i / 32;
+      const int slot = kPaired && (sub % 4 == 1 || sub % 4 == 2) ? (sub % 4 == 1 ? sub + 1 : sub - 1) : sub;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(block + Q8KLayout::kQs + 32 * slot), stored);
+    }
+    for (int g = 0; g < 16; ++g) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) sum += q[16 * g + i];
+      const int16_t s16 = int16_t(sum);
+      std::memcpy(block + Q8KLayout::kBsums + 2 * g, &s16, 2);
+    }
+    std::memcpy(block + Q8KLayout::kScale, &d, 4);
+    std::memset(block + Q8KLayout::kScale + 4, 0, size_t(Q8KLayout::kBlockBytes - Q8KLayout::kScale - 4));
+  }
+}
+
+// The 6-bit scales and mins of the 8 sub-blocks of a Q4_K/Q5_K block (12 bytes at p), one byte
+// each (quant/blocks.h, kquant_scale_min, four at a time).
+inline void unpack_scales_mins(const uint8_t* p, uint64_t* scales, uint64_t* mins) {
+  uint32_t a0, a1, a2;
+  std::memcpy(&a0, p, 4);
+  std::memcpy(&a1, p + 4, 4);
+  std::memcpy(&a2, p + 8, 4);
+  *scales = uint64_t(a0 & 0x3f3f3f3fu) | uint64_t((a2 & 0x0f0f0f0fu) | ((a0 >> 2) & 0x30303030u)) << 32;
+  *mins = uint64_t(a1 & 0x3f3f3f3fu) | uint64_t(((a2 >> 4) & 0x0f0f0f0fu) | ((a1 >> 2) & 0x30303030u)) << 32;
+}
+
+}  // namespace
+}  // namespace kestrel::cpu

@@ -9,6 +9,8 @@ What it does:
   3. Takes 8 blocks of a Q4_K, a Q5_K and a Q6_K tensor that llama.cpp wrote and records their raw
      bytes, gguf-py's dequantization of them and the F32 values they were quantized from
      -> q4_k.bin, q5_k.bin, q6_k.bin (format below).
+  4. The same for GGML's 32-blocks Q4_1, Q5_0 and Q5_1 (llama-quantize with those ftypes)
+     -> q4_1.bin, q5_0.bin, q5_1.bin.
 
   --llama-check DIR instead writes DIR/stories260K-padded-f32.gguf: shared/models/stories260K.gguf
   zero-padded to dimensions that are multiples of 256 (n_embd 256, 32 heads of 8, 16 KV heads,
@@ -20,8 +22,9 @@ Needs: gguf==0.19.0 and numpy (pip install gguf==0.19.0 into a venv), and a buil
   python scripts/gen_quant_fixtures.py --llama-quantize /path/to/llama-quantize
 
 Fixture .bin format (little endian): magic b"KQFX", u32 version (1), u32 GGML type id,
-u32 block count B, u32 bytes per block, then B blocks of raw bytes, then B*256 float32 values
-dequantized by gguf-py, then B*256 float32 values of the original F32 tensor.
+u32 block count B, u32 bytes per block, then B blocks of raw bytes, then B*block_size float32
+values dequantized by gguf-py, then B*block_size float32 values of the original F32 tensor
+(block_size is 256 for k-quants, 32 for Q4_1/Q5_0/Q5_1).
 """
 import argparse
 import os
@@ -37,6 +40,7 @@ N_EMBD = 256
 N_FF = 256
 N_VOCAB = 256
 FTYPES = ["Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K"]
+LEGACY_FTYPES = ["Q4_1", "Q5_0", "Q5_1"]
 FIXTURE_BLOCKS = 8
 
 
@@ -113,7 +117,6 @@ def write_block_fixture(path, reader, tensor_name, originals):
     t = next(t for t in reader.tensors if t.name == tensor_name)
     qtype = t.tensor_type
     block_size, type_size = gguf.GGML_QUANT_SIZES[qtype]
-    assert block_size == 256
     raw = np.asarray(t.data).view(np.uint8).reshape(-1)
     blocks_per_row = int(t.shape[0]) // block_size
     # Block 0 of each of the first rows (the special rows), one block per row.
@@ -158,6 +161,12 @@ def make_fixtures(binary, out_dir):
                                         "output.weight", tensors["output.weight"])
                 if model_name == "llama16" and ftype == "Q5_K_M":
                     write_block_fixture(os.path.join(out_dir, "q5_k.bin"), reader,
+                                        "blk.1.attn_q.weight", tensors["blk.1.attn_q.weight"])
+            if model_name == "llama16":
+                for ftype in LEGACY_FTYPES:
+                    dst = os.path.join(tmp, f"{model_name}-{ftype}.gguf")
+                    reader = llama_quantize(binary, src, dst, ftype)
+                    write_block_fixture(os.path.join(out_dir, ftype.lower() + ".bin"), reader,
                                         "blk.1.attn_q.weight", tensors["blk.1.attn_q.weight"])
     with open(os.path.join(out_dir, "recipe_types.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")

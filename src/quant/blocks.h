@@ -32,6 +32,32 @@ struct BlockQ8_1 {
 };
 static_assert(sizeof(BlockQ8_1) == 36);
 
+// Q4_1: x = d * q + m, q in [0, 15] (nibble order as Q4_0).
+struct BlockQ4_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ4_1) == 20);
+
+// Q5_0: x = d * (q - 16), q in [0, 31]: 4 low bits in qs (as Q4_0), the fifth bit of element j in
+// bit j of the little-endian 32-bit qh.
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ5_0) == 22);
+
+// Q5_1: x = d * q + m, q in [0, 31], bits as Q5_0.
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockQ5_1) == 24);
+
 // k-quants: super-blocks of 256 values (QK_K), byte-compatible with GGML.
 inline constexpr int kQK_K = 256;
 inline constexpr int kKScaleSize = 12;

@@ -23,6 +23,17 @@ void quantize_row_q8_1(const float* src, void* dst, int64_t n);
 void dequantize_row_q8_1(const void* src, float* dst, int64_t n);
 float vec_dot_q8_1_q8_1(const void* w, const void* a, int64_t n);
 
+// Q4_1, Q5_0, Q5_1 (legacy_quants.cpp).
+void quantize_row_q4_1(const float* src, void* dst, int64_t n);
+void dequantize_row_q4_1(const void* src, float* dst, int64_t n);
+float vec_dot_q4_1_q8_1(const void* w, const void* a, int64_t n);
+void quantize_row_q5_0(const float* src, void* dst, int64_t n);
+void dequantize_row_q5_0(const void* src, float* dst, int64_t n);
+float vec_dot_q5_0_q8_0(const void* w, const void* a, int64_t n);
+void quantize_row_q5_1(const float* src, void* dst, int64_t n);
+void dequantize_row_q5_1(const void* src, float* dst, int64_t n);
+float vec_dot_q5_1_q8_1(const void* w, const void* a, int64_t n);
+
 // k-quants (kquants_quantize.cpp: quantizers; kquants_reference.cpp: the rest).
 void quantize_row_q4_K(const float* src, void* dst, int64_t n);
 void quantize_row_q5_K(const float* src, void* dst, int64_t n);

@@ -73,7 +73,7 @@ void serve(ServeOptions& o) {
   server::HttpServer http(engine, chat_template ? &*chat_template : nullptr, o.http);
   const int port = http.bind();
   fmt::print(stderr, "kestrel: serving '{}' on http://{}:{} ({} KV blocks of {} tokens, context {}{})\n",
-             o.http.model_name, o.http.host, port, resolve_num_kv_blocks(model->config(), config.engine),
+             o.http.model_name, o.http.host, port, resolve_kv_group_blocks(*model, config.engine).front(),
              config.engine.block_size, engine.max_model_len(),
              chat_template ? "" : ", no chat template");
   std::fflush(stderr);

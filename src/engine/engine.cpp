@@ -20,19 +20,68 @@ RunnerConfig make_runner_config(const Model& model, const EngineConfig& config) 
   RunnerConfig r;
   r.num_threads = config.num_threads;
   r.block_size = config.block_size;
-  r.num_blocks = resolve_num_kv_blocks(model.config(), config);
+  r.group_blocks = resolve_kv_group_blocks(model, config);
   return r;
+}
+
+std::vector<KVCacheGroupSpec> make_kv_groups(const Model& model, const RunnerConfig& runner,
+                                             const EngineConfig& config) {
+  const KvLayout layout = model.kv_layout();
+  std::vector<KVCacheGroupSpec> groups;
+  for (size_t g = 0; g < layout.group_windows.size(); ++g) {
+    groups.push_back({int32_t(runner.group_blocks[g]),
+                      config.free_out_of_window_blocks ? layout.group_windows[g] : 0});
+  }
+  return groups;
 }
 
 }  // namespace
 
-int64_t resolve_num_kv_blocks(const ModelConfig& model, const EngineConfig& config) {
-  if (config.num_kv_blocks > 0) return config.num_kv_blocks;
-  const int64_t block_bytes = model.kv_bytes_per_token() * config.block_size;
-  const int64_t blocks = config.kv_memory_bytes / block_bytes;
-  if (blocks < 1) {
-    fail("a KV budget of {} bytes holds no block of {} tokens ({} bytes each)",
-         config.kv_memory_bytes, config.block_size, block_bytes);
+std::vector<int64_t> resolve_kv_group_blocks(const Model& model, const EngineConfig& config) {
+  const KvLayout layout = model.kv_layout();
+  const ModelConfig& c = model.config();
+  const int num_groups = int(layout.group_windows.size());
+  // Bytes one block takes in each group: K and V of that group's layers.
+  std::vector<int64_t> block_bytes(size_t(num_groups), 0);
+  for (int g : layout.layer_group) block_bytes[size_t(g)] += 2 * c.kv_width() * config.block_size * int64_t(sizeof(float));
+  // A sliding group never needs more than a window per sequence plus a chunk in flight.
+  auto sliding_cap = [&](int window) {
+    const int64_t per_seq = (window - 1 + config.block_size - 1) / config.block_size + 2;
+    return per_seq * config.max_num_seqs + (config.max_num_batched_tokens + config.block_size - 1) / config.block_size + 1;
+  };
+  std::vector<int64_t> blocks(size_t(num_groups), 0);
+  if (config.num_kv_blocks > 0) {
+    for (int g = 0; g < num_groups; ++g) {
+      const int w = layout.group_windows[size_t(g)];
+      blocks[size_t(g)] = w > 0 && config.free_out_of_window_blocks ? std::min(config.num_kv_blocks, sliding_cap(w))
+                                                                    : config.num_kv_blocks;
+    }
+    return blocks;
+  }
+  // Sliding groups take what they can ever use (capped by an even split); full-attention groups
+  // share the rest of the budget.
+  int64_t all_bytes = 0;
+  for (int64_t b : block_bytes) all_bytes += b;
+  const int64_t even = config.kv_memory_bytes / all_bytes;
+  int64_t rest = config.kv_memory_bytes;
+  int64_t full_bytes = 0;
+  for (int g = 0; g < num_groups; ++g) {
+    const int w = layout.group_windows[size_t(g)];
+    if (w > 0 && config.free_out_of_window_blocks) {
+      blocks[size_t(g)] = std::min(even, sliding_cap(w));
+      rest -= blocks[size_t(g)] * block_bytes[size_t(g)];
+    } else {
+      full_bytes += block_bytes[size_t(g)];  // shares the rest of the budget
+    }
+  }
+  for (int g = 0; g < num_groups; ++g) {
+    if (blocks[size_t(g)] == 0) blocks[size_t(g)] = rest / full_bytes;
+  }
+  for (int g = 0; g < num_groups; ++g) {
+    if (blocks[size_t(g)] < 1) {
+      fail("a KV budget of {} bytes holds no block of {} tokens ({} bytes each in group {})",
+           config.kv_memory_bytes, config.block_size, block_bytes[size_t(g)], g);
+    }
   }
   return blocks;
 }
@@ -41,7 +90,7 @@ LLMEngine::LLMEngine(const Model& model, const EngineConfig& config, TokenId eos
     : model_(model),
       eos_token_(eos_token),
       runner_config_(make_runner_config(model, config)),
-      kv_(int32_t(runner_config_.num_blocks), config.block_size, config.enable_prefix_caching),
+      kv_(make_kv_groups(model, runner_config_, config), config.block_size, config.enable_prefix_caching),
       runner_(model, runner_config_),
       scheduler_(make_scheduler_config(model, config), kv_) {}
 
@@ -96,7 +145,7 @@ std::vector<RequestOutput> LLMEngine::step() {
     chunk.tokens = std::span<const TokenId>(s.request->tokens)
                        .subspan(size_t(s.num_computed_tokens), size_t(s.num_scheduled_tokens));
     chunk.start_position = s.num_computed_tokens;
-    chunk.block_table = kv_.block_table(s.request->id);
+    for (int g = 0; g < kv_.num_groups(); ++g) chunk.block_tables.push_back(kv_.block_table(s.request->id, g));
     chunk.logits_from = s.sample ? s.num_scheduled_tokens - 1 : -1;
     chunks.push_back(chunk);
   }

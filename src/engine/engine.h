@@ -18,13 +18,16 @@ namespace kestrel {
 struct EngineConfig {
   int num_threads = 2;
   int block_size = 16;
-  int64_t num_kv_blocks = 0;                 // 0: as many as kv_memory_bytes holds
+  int64_t num_kv_blocks = 0;                 // per full-attention group; 0: what kv_memory_bytes holds
   int64_t kv_memory_bytes = int64_t(256) << 20;
   int64_t max_model_len = 0;                 // 0: the model's training context
   int max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
   SchedulingPolicy policy = SchedulingPolicy::Continuous;
   bool enable_prefix_caching = true;
+  // Sliding-window layers free the KV blocks that fall out of their window (off only to check
+  // that freeing changes nothing).
+  bool free_out_of_window_blocks = true;
 };
 
 struct RequestSpec {
@@ -87,7 +90,9 @@ class LLMEngine {
   StepStats last_step_;
 };
 
-// Number of KV blocks the config asks for, given the model's per-token K/V size.
-int64_t resolve_num_kv_blocks(const ModelConfig& model, const EngineConfig& config);
+// KV blocks per KV-cache group (Model::kv_layout) for the config: num_kv_blocks for every
+// full-attention group if set, else what kv_memory_bytes holds; sliding-window groups get no
+// more than their windows can ever use.
+std::vector<int64_t> resolve_kv_group_blocks(const Model& model, const EngineConfig& config);
 
 }  // namespace kestrel

@@ -24,10 +24,12 @@ PerplexityResult compute_perplexity(const Model& model, std::span<const int32_t>
   RunnerConfig runner_config;
   runner_config.num_threads = o.num_threads;
   runner_config.block_size = block_size;
-  runner_config.num_blocks = blocks_per_seq * seqs_per_batch;
+  const int num_groups = int(model.kv_layout().group_windows.size());
+  runner_config.group_blocks.assign(size_t(num_groups), blocks_per_seq * seqs_per_batch);
   ModelRunner runner(model, runner_config);
 
-  // Each sequence of a batch gets its own fixed range of blocks; every chunk starts afresh.
+  // Each sequence of a batch gets its own fixed range of blocks in every group; every chunk
+  // starts afresh (a sliding group simply keeps the whole chunk: it is short).
   std::vector<std::vector<BlockId>> tables(static_cast<size_t>(seqs_per_batch));
   for (int64_t s = 0; s < seqs_per_batch; ++s) {
     for (int64_t b = 0; b < blocks_per_seq; ++b) tables[size_t(s)].push_back(BlockId(s * blocks_per_seq + b));
@@ -49,7 +51,7 @@ PerplexityResult compute_perplexity(const Model& model, std::span<const int32_t>
       SequenceChunk c;
       c.tokens = ct;
       c.start_position = 0;
-      c.block_table = tables[size_t(s)];
+      c.block_tables.assign(size_t(num_groups), tables[size_t(s)]);
       c.logits_from = first;  // logits only where they are scored
       chunks.push_back(c);
     }

@@ -1,28 +1,84 @@
 #include "kv/kv_cache_manager.h"
 
+#include <algorithm>
+
+#include <fmt/format.h>
+
 #include "core/error.h"
 
 namespace kestrel {
 
 KVCacheManager::KVCacheManager(int32_t num_blocks, int block_size, bool enable_prefix_caching,
                                PrefixCache::HashFn hash)
-    : block_size_(block_size),
-      enable_prefix_caching_(enable_prefix_caching),
-      pool_(num_blocks),
-      cache_(num_blocks, std::move(hash)) {
+    : KVCacheManager(std::vector<KVCacheGroupSpec>{{num_blocks, 0}}, block_size, enable_prefix_caching,
+                     std::move(hash)) {}
+
+KVCacheManager::KVCacheManager(std::vector<KVCacheGroupSpec> groups, int block_size,
+                               bool enable_prefix_caching, PrefixCache::HashFn hash)
+    : block_size_(block_size), enable_prefix_caching_(enable_prefix_caching) {
   if (block_size <= 0) fail("KV block size must be positive, got {}", block_size);
+  if (groups.empty()) fail("internal: a KV cache needs at least one group");
+  groups_.reserve(groups.size());
+  for (const KVCacheGroupSpec& spec : groups) {
+    if (spec.window < 0) fail("internal: negative sliding window");
+    if (spec.window > 0) enable_prefix_caching_ = false;  // see the header
+    groups_.emplace_back(spec, hash);
+  }
+}
+
+int32_t KVCacheManager::num_blocks() const {
+  int32_t n = 0;
+  for (const Group& g : groups_) n += g.pool.num_blocks();
+  return n;
+}
+
+int32_t KVCacheManager::num_free_blocks() const {
+  int32_t n = 0;
+  for (const Group& g : groups_) n += g.pool.num_free();
+  return n;
+}
+
+int64_t KVCacheManager::max_blocks_held(int group, int64_t num_tokens, int64_t max_chunk_tokens) const {
+  const Group& g = groups_[size_t(group)];
+  const int64_t all = blocks_for_tokens(num_tokens);
+  if (g.window == 0) return all;
+  // While a chunk [c, c + n) is computed the group holds the blocks from the one holding
+  // c - window + 1 to the one holding c + n - 1: at most ceil((window - 1) / bs) + 1 for the
+  // window and ceil(n / bs) + 1 for the chunk.
+  return std::min(all, (g.window - 1 + block_size_ - 1) / block_size_ + 1 +
+                           (max_chunk_tokens + block_size_ - 1) / block_size_ + 1);
+}
+
+int64_t KVCacheManager::first_kept_block(const Group& g, int64_t num_computed_tokens) const {
+  if (g.window == 0) return 0;
+  // The next token computed (position num_computed_tokens) sees back to position
+  // num_computed_tokens - window + 1; blocks entirely before it are never read again.
+  const int64_t first_visible = num_computed_tokens - g.window + 1;
+  return first_visible <= 0 ? 0 : first_visible / block_size_;
+}
+
+std::string KVCacheManager::check_fits(int64_t num_tokens, int64_t max_chunk_tokens) const {
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const int64_t need = max_blocks_held(int(i), num_tokens, max_chunk_tokens);
+    if (need > groups_[i].pool.num_blocks()) {
+      return fmt::format("the request needs {} KV blocks but the whole cache has {}", need,
+                         groups_[i].pool.num_blocks());
+    }
+  }
+  return "";
 }
 
 CachedPrefix KVCacheManager::find_cached_prefix(std::span<const int32_t> tokens) const {
   CachedPrefix prefix;
   if (!enable_prefix_caching_) return prefix;
+  const Group& g = groups_[0];
   const size_t full_blocks = tokens.size() / size_t(block_size_);
   uint64_t parent_hash = PrefixCache::kRootHash;
   BlockId parent = -1;
   for (size_t i = 0; i < full_blocks; ++i) {
     const auto block_tokens = tokens.subspan(i * size_t(block_size_), size_t(block_size_));
-    const uint64_t hash = cache_.chain_hash(parent_hash, block_tokens);
-    const BlockId block = cache_.lookup(hash, parent, block_tokens);
+    const uint64_t hash = g.cache.chain_hash(parent_hash, block_tokens);
+    const BlockId block = g.cache.lookup(hash, parent, block_tokens);
     if (block < 0) break;
     prefix.blocks.push_back(block);
     prefix.hashes.push_back(hash);
@@ -33,43 +89,70 @@ CachedPrefix KVCacheManager::find_cached_prefix(std::span<const int32_t> tokens)
   return prefix;
 }
 
-std::vector<BlockId> KVCacheManager::take_fresh_blocks(int32_t count) {
-  std::vector<BlockId> blocks = pool_.allocate(count);
+std::vector<BlockId> KVCacheManager::take_fresh_blocks(Group& g, int32_t count) {
+  std::vector<BlockId> blocks = g.pool.allocate(count);
   // A reused block loses whatever cached content it had.
-  for (BlockId b : blocks) cache_.forget(b);
+  for (BlockId b : blocks) g.cache.forget(b);
   return blocks;
 }
 
-bool KVCacheManager::allocate_slots(RequestId request, int64_t num_tokens, const CachedPrefix* prefix) {
-  auto [it, inserted] = tables_.try_emplace(request);
-  Table& table = it->second;
-  const bool with_prefix = prefix != nullptr && table.blocks.empty() && !prefix->blocks.empty();
-  const int64_t held = with_prefix ? int64_t(prefix->blocks.size()) : int64_t(table.blocks.size());
-  const int64_t needed = std::max<int64_t>(0, blocks_for_tokens(num_tokens) - held);
-  // Cached blocks that sit in the free queue stop being free once this request takes them.
-  int64_t available = pool_.num_free();
-  if (with_prefix) {
-    for (BlockId b : prefix->blocks) available -= pool_.is_free(b) ? 1 : 0;
+bool KVCacheManager::allocate_slots(RequestId request, int64_t num_tokens, const CachedPrefix* prefix,
+                                    int64_t num_computed_tokens) {
+  const int64_t wanted_blocks = blocks_for_tokens(num_tokens);
+  // First check every group, so that a failure takes nothing anywhere.
+  std::vector<int64_t> needed(groups_.size());
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    Group& g = groups_[gi];
+    const auto it = g.tables.find(request);
+    const int64_t held = it == g.tables.end() ? 0 : int64_t(it->second.blocks.size());
+    const bool with_prefix = gi == 0 && prefix != nullptr && held == 0 && !prefix->blocks.empty();
+    const int64_t start = with_prefix ? int64_t(prefix->blocks.size()) : held;
+    // Blocks a sliding group would allocate only to free at once are skipped.
+    const int64_t first = std::max(start, first_kept_block(g, num_computed_tokens));
+    needed[gi] = std::max<int64_t>(0, wanted_blocks - first);
+    int64_t available = g.pool.num_free();
+    if (with_prefix) {
+      for (BlockId b : prefix->blocks) available -= g.pool.is_free(b) ? 1 : 0;
+    }
+    // Blocks this call frees (out of the window) count as available.
+    if (it != g.tables.end()) {
+      const int64_t drop = std::min<int64_t>(first_kept_block(g, num_computed_tokens), held);
+      for (int64_t b = 0; b < drop; ++b) {
+        const BlockId id = it->second.blocks[size_t(b)];
+        if (id >= 0 && g.pool.ref_count(id) == 1) ++available;
+      }
+    }
+    if (needed[gi] > available) return false;
   }
-  if (needed > available) {
-    if (table.blocks.empty()) tables_.erase(it);
-    return false;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    Group& g = groups_[gi];
+    Table& table = g.tables[request];
+    if (gi == 0 && prefix != nullptr && table.blocks.empty() && !prefix->blocks.empty()) {
+      for (BlockId b : prefix->blocks) g.pool.add_ref(b);
+      table.blocks = prefix->blocks;
+      table.hashes = prefix->hashes;
+    }
+    // Free what no coming token can see (sliding groups only).
+    const int64_t keep_from = first_kept_block(g, num_computed_tokens);
+    for (int64_t b = 0; b < std::min<int64_t>(keep_from, int64_t(table.blocks.size())); ++b) {
+      if (table.blocks[size_t(b)] >= 0) {
+        g.pool.release(table.blocks[size_t(b)]);
+        table.blocks[size_t(b)] = -1;
+      }
+    }
+    while (int64_t(table.blocks.size()) < std::min(keep_from, wanted_blocks)) table.blocks.push_back(-1);
+    const std::vector<BlockId> fresh = take_fresh_blocks(g, int32_t(needed[gi]));
+    table.blocks.insert(table.blocks.end(), fresh.begin(), fresh.end());
   }
-  if (with_prefix) {
-    for (BlockId b : prefix->blocks) pool_.add_ref(b);
-    table.blocks = prefix->blocks;
-    table.hashes = prefix->hashes;
-  }
-  const std::vector<BlockId> fresh = take_fresh_blocks(int32_t(needed));
-  table.blocks.insert(table.blocks.end(), fresh.begin(), fresh.end());
   return true;
 }
 
 void KVCacheManager::cache_computed_blocks(RequestId request, std::span<const int32_t> tokens,
                                            int64_t num_computed_tokens) {
   if (!enable_prefix_caching_) return;
-  const auto it = tables_.find(request);
-  if (it == tables_.end()) return;
+  Group& g = groups_[0];
+  const auto it = g.tables.find(request);
+  if (it == g.tables.end()) return;
   Table& table = it->second;
   const size_t full_blocks =
       std::min(size_t(num_computed_tokens / block_size_), table.blocks.size());
@@ -78,27 +161,30 @@ void KVCacheManager::cache_computed_blocks(RequestId request, std::span<const in
     const auto block_tokens = tokens.subspan(i * size_t(block_size_), size_t(block_size_));
     const uint64_t parent_hash = i == 0 ? PrefixCache::kRootHash : table.hashes[i - 1];
     const BlockId parent = i == 0 ? -1 : table.blocks[i - 1];
-    const uint64_t hash = cache_.chain_hash(parent_hash, block_tokens);
-    cache_.insert(table.blocks[i], hash, parent, block_tokens);
+    const uint64_t hash = g.cache.chain_hash(parent_hash, block_tokens);
+    g.cache.insert(table.blocks[i], hash, parent, block_tokens);
     table.hashes.push_back(hash);
   }
 }
 
 void KVCacheManager::free(RequestId request) {
-  const auto it = tables_.find(request);
-  if (it == tables_.end()) return;
-  // Release the tail first so that, in the free queue, a request's later blocks are evicted before
-  // its earlier ones (earlier blocks are the likelier shared prefix).
-  for (auto block = it->second.blocks.rbegin(); block != it->second.blocks.rend(); ++block) {
-    pool_.release(*block);
+  for (Group& g : groups_) {
+    const auto it = g.tables.find(request);
+    if (it == g.tables.end()) continue;
+    // Release the tail first so that, in the free queue, a request's later blocks are evicted
+    // before its earlier ones (earlier blocks are the likelier shared prefix).
+    for (auto block = it->second.blocks.rbegin(); block != it->second.blocks.rend(); ++block) {
+      if (*block >= 0) g.pool.release(*block);
+    }
+    g.tables.erase(it);
   }
-  tables_.erase(it);
 }
 
-const std::vector<BlockId>& KVCacheManager::block_table(RequestId request) const {
+const std::vector<BlockId>& KVCacheManager::block_table(RequestId request, int group) const {
   static const std::vector<BlockId> kEmpty;
-  const auto it = tables_.find(request);
-  return it == tables_.end() ? kEmpty : it->second.blocks;
+  const Group& g = groups_[size_t(group)];
+  const auto it = g.tables.find(request);
+  return it == g.tables.end() ? kEmpty : it->second.blocks;
 }
 
 }  // namespace kestrel

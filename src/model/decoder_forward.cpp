@@ -44,8 +44,6 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
   attn.num_tokens = T;
   attn.positions = batch.positions.data();
   attn.token_seq = batch.token_seq.data();
-  attn.block_tables = batch.block_tables.data();
-  attn.max_blocks_per_seq = batch.max_blocks_per_seq;
   attn.block_size = kv.block_size;
   attn.n_head = int(c.n_head);
   attn.n_kv_head = int(c.n_head_kv);
@@ -69,11 +67,18 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
       backend.rms_norm(s.q.data(), l.q_norm, T * c.n_head, c.head_dim, c.rms_eps, s.q.data());
       backend.rms_norm(s.k.data(), l.k_norm, T * c.n_head_kv, c.head_dim, c.rms_eps, s.k.data());
     }
-    rope.freq_base = sliding && c.rope_freq_base_sliding > 0.0f ? c.rope_freq_base_sliding : c.rope_freq_base;
+    // Gemma 3's local layers have their own RoPE base and no scaling (rope_scaling is global-only).
+    const bool local_rope = sliding && c.rope_freq_base_sliding > 0.0f;
+    rope.freq_base = local_rope ? c.rope_freq_base_sliding : c.rope_freq_base;
+    rope.freq_scale = local_rope ? 1.0f : c.rope_freq_scale;
     backend.rope(s.q.data(), batch.positions.data(), T, int(c.n_head), int(c.head_dim), rope);
     backend.rope(s.k.data(), batch.positions.data(), T, int(c.n_head_kv), int(c.head_dim), rope);
-    backend.kv_write(kv.layers[size_t(il)], s.k.data(), s.v.data(), batch.slot_mapping.data(), T,
+    // The layer's KV-cache group decides where its K/V live.
+    const KvGroupBatch& group = batch.kv_groups[size_t(kv.layer_group[size_t(il)])];
+    backend.kv_write(kv.layers[size_t(il)], s.k.data(), s.v.data(), group.slot_mapping.data(), T,
                      c.kv_width());
+    attn.block_tables = group.block_tables.data();
+    attn.max_blocks_per_seq = group.max_blocks_per_seq;
     attn.window = sliding ? c.sliding_window : 0;
     backend.paged_attention(attn, s.q.data(), kv.layers[size_t(il)], s.attn.data());
     backend.matmul(l.wo, s.attn.data(), T, s.proj.data());

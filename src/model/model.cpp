@@ -130,6 +130,26 @@ int64_t Model::parameter_count() const {
   return count;
 }
 
+KvLayout Model::kv_layout() const {
+  const ModelConfig& c = config_;
+  KvLayout layout;
+  int full = -1, sliding = -1;
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    int& group = c.is_sliding(il) ? sliding : full;
+    if (group < 0) {
+      group = int(layout.group_windows.size());
+      layout.group_windows.push_back(c.is_sliding(il) ? c.sliding_window : 0);
+    }
+    layout.layer_group.push_back(group);
+  }
+  // Keep full attention as group 0 when both kinds exist (the prefix cache lives there).
+  if (full > 0) {
+    std::swap(layout.group_windows[0], layout.group_windows[1]);
+    for (int& g : layout.layer_group) g = 1 - g;
+  }
+  return layout;
+}
+
 int64_t Model::weight_bytes() const {
   int64_t bytes = 0;
   for (const auto& t : file_->tensors()) bytes += int64_t(t.num_bytes);

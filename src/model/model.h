@@ -53,6 +53,8 @@ class Model {
   const gguf::GgufFile& file() const { return *file_; }
   int64_t parameter_count() const;
   int64_t weight_bytes() const;
+  // How the layers split into KV-cache groups (full attention / sliding window).
+  KvLayout kv_layout() const;
 
   // Runs the batch; writes logits [batch.logits_indices.size()][n_vocab].
   void forward(Backend& backend, const ForwardBatch& batch, const KvCacheView& kv,

@@ -2,42 +2,57 @@
 
 #include <new>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 
 namespace kestrel {
 
-ForwardBatch build_forward_batch(std::span<const SequenceChunk> chunks, int block_size) {
+ForwardBatch build_forward_batch(std::span<const SequenceChunk> chunks, int block_size, int num_groups) {
   ForwardBatch batch;
   int64_t total = 0;
-  size_t max_blocks = 1;
   for (const SequenceChunk& c : chunks) {
     total += int64_t(c.tokens.size());
-    max_blocks = std::max(max_blocks, c.block_table.size());
+    if (int(c.block_tables.size()) != num_groups) {
+      fail("internal: a sequence chunk has {} block tables for {} KV-cache groups", c.block_tables.size(), num_groups);
+    }
   }
-  batch.max_blocks_per_seq = int32_t(max_blocks);
   batch.token_ids.reserve(size_t(total));
   batch.positions.reserve(size_t(total));
   batch.token_seq.reserve(size_t(total));
-  batch.slot_mapping.reserve(size_t(total));
-  batch.block_tables.assign(chunks.size() * max_blocks, -1);
+  batch.kv_groups.resize(size_t(num_groups));
+  for (int g = 0; g < num_groups; ++g) {
+    KvGroupBatch& group = batch.kv_groups[size_t(g)];
+    size_t max_blocks = 1;
+    for (const SequenceChunk& c : chunks) max_blocks = std::max(max_blocks, c.block_tables[size_t(g)].size());
+    group.max_blocks_per_seq = int32_t(max_blocks);
+    group.block_tables.assign(chunks.size() * max_blocks, -1);
+    group.slot_mapping.reserve(size_t(total));
+  }
   for (size_t s = 0; s < chunks.size(); ++s) {
     const SequenceChunk& c = chunks[s];
     const int64_t end = c.start_position + int64_t(c.tokens.size());
-    if (end > int64_t(c.block_table.size()) * block_size) {
-      fail("internal: sequence chunk ends at {} but its blocks hold {} tokens", end,
-           c.block_table.size() * size_t(block_size));
+    for (int g = 0; g < num_groups; ++g) {
+      const std::span<const BlockId> table = c.block_tables[size_t(g)];
+      if (end > int64_t(table.size()) * block_size) {
+        fail("internal: sequence chunk ends at {} but its blocks hold {} tokens", end,
+             table.size() * size_t(block_size));
+      }
+      KvGroupBatch& group = batch.kv_groups[size_t(g)];
+      std::copy(table.begin(), table.end(), group.block_tables.begin() + std::ptrdiff_t(s * size_t(group.max_blocks_per_seq)));
+      for (int64_t position = c.start_position; position < end; ++position) {
+        const BlockId block = table[size_t(position / block_size)];
+        if (block < 0) fail("internal: position {} falls in a freed KV block", position);
+        group.slot_mapping.push_back(int64_t(block) * block_size + position % block_size);
+      }
     }
-    std::copy(c.block_table.begin(), c.block_table.end(), batch.block_tables.begin() + std::ptrdiff_t(s * max_blocks));
     for (size_t i = 0; i < c.tokens.size(); ++i) {
-      const int64_t position = c.start_position + int64_t(i);
       if (c.logits_from >= 0 && int64_t(i) >= c.logits_from) {
         batch.logits_indices.push_back(int32_t(batch.token_ids.size()));
       }
       batch.token_ids.push_back(c.tokens[i]);
-      batch.positions.push_back(int32_t(position));
+      batch.positions.push_back(int32_t(c.start_position + int64_t(i)));
       batch.token_seq.push_back(int32_t(s));
-      batch.slot_mapping.push_back(int64_t(c.block_table[size_t(position / block_size)]) * block_size +
-                                   position % block_size);
     }
   }
   return batch;
@@ -45,38 +60,56 @@ ForwardBatch build_forward_batch(std::span<const SequenceChunk> chunks, int bloc
 
 ModelRunner::ModelRunner(const Model& model, const RunnerConfig& config)
     : model_(model), config_(config), backend_(make_cpu_backend(config.num_threads)) {
-  if (config.num_blocks <= 0) fail("the KV cache needs at least one block");
+  const KvLayout layout = model.kv_layout();
+  if (config.group_blocks.size() != layout.group_windows.size()) {
+    fail("internal: {} KV block counts for a model with {} KV-cache groups", config.group_blocks.size(),
+         layout.group_windows.size());
+  }
+  for (int64_t blocks : config.group_blocks) {
+    if (blocks <= 0) fail("the KV cache needs at least one block per group");
+  }
   const ModelConfig& c = model.config();
-  const int64_t floats_per_layer = config.num_blocks * config.block_size * c.kv_width();
   kv_view_.block_size = config.block_size;
-  kv_view_.num_blocks = config.num_blocks;
+  kv_view_.num_blocks = config.group_blocks;
+  kv_view_.layer_group = layout.layer_group;
+  int64_t total_floats = 0;
   try {
     for (int64_t il = 0; il < c.n_layer; ++il) {
-      kv_memory_.emplace_back(new float[size_t(floats_per_layer)]);
-      kv_memory_.emplace_back(new float[size_t(floats_per_layer)]);
+      const int64_t floats = config.group_blocks[size_t(layout.layer_group[size_t(il)])] *
+                             config.block_size * c.kv_width();
+      total_floats += 2 * floats;
+      kv_memory_.emplace_back(new float[size_t(floats)]);
+      kv_memory_.emplace_back(new float[size_t(floats)]);
       kv_view_.layers.push_back({kv_memory_[kv_memory_.size() - 2].get(), kv_memory_.back().get()});
     }
   } catch (const std::bad_alloc&) {
-    fail("out of memory: the KV cache of {} blocks x {} tokens needs {:.1f} MiB; use fewer blocks "
-         "or a shorter context",
-         config.num_blocks, config.block_size,
-         double(2 * c.n_layer * floats_per_layer * int64_t(sizeof(float))) / (1 << 20));
+    fail("out of memory: the KV cache ({} blocks of {} tokens per group) needs more than {:.1f} MiB; "
+         "use fewer blocks or a shorter context",
+         fmt::join(config.group_blocks, "/"), config.block_size,
+         double(total_floats * int64_t(sizeof(float))) / (1 << 20));
   }
 }
 
 int64_t ModelRunner::kv_bytes() const {
-  return 2 * model_.config().n_layer * config_.num_blocks * config_.block_size *
-         model_.config().kv_width() * int64_t(sizeof(float));
+  int64_t bytes = 0;
+  const ModelConfig& c = model_.config();
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    bytes += 2 * kv_view_.num_blocks[size_t(kv_view_.layer_group[size_t(il)])] * config_.block_size *
+             c.kv_width() * int64_t(sizeof(float));
+  }
+  return bytes;
 }
 
 std::span<float> ModelRunner::execute(std::span<const SequenceChunk> chunks) {
-  return execute(build_forward_batch(chunks, config_.block_size));
+  return execute(build_forward_batch(chunks, config_.block_size, num_groups()));
 }
 
 std::span<float> ModelRunner::execute(const ForwardBatch& batch) {
-  for (int64_t slot : batch.slot_mapping) {
-    if (slot < 0 || slot >= config_.num_blocks * config_.block_size) {
-      fail("internal: KV slot {} outside the cache", slot);
+  for (size_t g = 0; g < batch.kv_groups.size(); ++g) {
+    for (int64_t slot : batch.kv_groups[g].slot_mapping) {
+      if (slot < 0 || slot >= kv_view_.num_blocks[g] * config_.block_size) {
+        fail("internal: KV slot {} outside the cache", slot);
+      }
     }
   }
   const int64_t n_vocab = model_.config().n_vocab;

@@ -20,24 +20,27 @@ using TokenId = int32_t;
 struct SequenceChunk {
   std::span<const TokenId> tokens;
   int64_t start_position = 0;
-  std::span<const BlockId> block_table;  // must cover every position up to the chunk's end
+  // One block table per KV-cache group; each must cover every position up to the chunk's end
+  // (a sliding group's freed entries, -1, lie before its window).
+  std::vector<std::span<const BlockId>> block_tables;
   // Logits are produced for chunk tokens with index >= logits_from; -1 for none. A decode or the
   // last chunk of a prompt asks for its last token only (logits_from = tokens.size() - 1).
   int64_t logits_from = -1;
 };
 
-// Flattens chunks into a ForwardBatch (positions, slot mapping, block tables, logits rows).
-ForwardBatch build_forward_batch(std::span<const SequenceChunk> chunks, int block_size);
+// Flattens chunks into a ForwardBatch (positions, per-group slot mapping and block tables, logits
+// rows).
+ForwardBatch build_forward_batch(std::span<const SequenceChunk> chunks, int block_size, int num_groups);
 
 struct RunnerConfig {
   int num_threads = 2;
   int block_size = 16;
-  int64_t num_blocks = 0;
+  std::vector<int64_t> group_blocks;  // blocks per KV-cache group (see Model::kv_layout)
 };
 
 class ModelRunner {
  public:
-  // Allocates num_blocks * block_size K/V slots per layer; a clear error if memory runs out.
+  // Allocates each group's blocks for the layers in it; a clear error if memory runs out.
   ModelRunner(const Model& model, const RunnerConfig& config);
 
   // Runs the chunks as one batch. Returns logits [rows][n_vocab], rows in chunk order and, within
@@ -47,7 +50,7 @@ class ModelRunner {
 
   const Model& model() const { return model_; }
   int block_size() const { return config_.block_size; }
-  int64_t num_blocks() const { return config_.num_blocks; }
+  int num_groups() const { return int(config_.group_blocks.size()); }
   int64_t kv_bytes() const;
 
  private:

@@ -37,12 +37,7 @@ std::string Scheduler::check_capacity(int64_t num_prompt_tokens, int64_t max_tok
                        num_prompt_tokens, max_tokens, config_.max_model_len);
   }
   // The last generated token is never fed back, so the cache needs prompt + max_tokens - 1 slots.
-  const int64_t blocks = kv_.blocks_for_tokens(num_prompt_tokens + max_tokens - 1);
-  if (blocks > kv_.num_blocks()) {
-    return fmt::format("the request needs {} KV blocks but the whole cache has {}", blocks,
-                       kv_.num_blocks());
-  }
-  return "";
+  return kv_.check_fits(num_prompt_tokens + max_tokens - 1, config_.max_num_batched_tokens);
 }
 
 void Scheduler::add_request(std::unique_ptr<Request> request) {
@@ -98,7 +93,8 @@ SchedulerOutput Scheduler::schedule() {
     Request* request = running_[i];
     const int64_t num_new = std::min(request->num_tokens() - request->num_computed_tokens, budget);
     bool scheduled = true;
-    while (!kv_.allocate_slots(request->id, request->num_computed_tokens + num_new)) {
+    while (!kv_.allocate_slots(request->id, request->num_computed_tokens + num_new, nullptr,
+                               request->num_computed_tokens)) {
       Request* victim = pick_preemption_victim();
       // A victim already scheduled this step must be unscheduled before its blocks are freed.
       auto it = std::find_if(output.scheduled.begin(), output.scheduled.end(),
@@ -136,7 +132,7 @@ SchedulerOutput Scheduler::schedule() {
     const CachedPrefix prefix = kv_.find_cached_prefix(
         std::span<const TokenId>(request->tokens).first(size_t(request->num_tokens() - 1)));
     const int64_t num_new = std::min(request->num_tokens() - prefix.num_tokens, budget);
-    if (!kv_.allocate_slots(request->id, prefix.num_tokens + num_new, &prefix)) break;
+    if (!kv_.allocate_slots(request->id, prefix.num_tokens + num_new, &prefix, prefix.num_tokens)) break;
     kv_.record_prefix_query(request->num_tokens(), prefix.num_tokens);
     request->num_computed_tokens = prefix.num_tokens;
     waiting_.pop_front();

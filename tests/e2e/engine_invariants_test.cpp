@@ -6,6 +6,7 @@
 #include <map>
 
 #include "engine/async_engine.h"
+#include "loader/gguf_writer.h"
 #include "engine/engine.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
@@ -154,6 +155,61 @@ TEST_F(EngineInvariants, ParallelSamplingSharesPromptBlocks) {
   while (engine.has_unfinished()) engine.step();
   EXPECT_EQ(engine.kv().prefix_hit_tokens(), 2 * 64);
   EXPECT_EQ(engine.kv().num_free_blocks(), engine.kv().num_blocks());
+}
+
+// stories260K with a 24-token sliding window on every layer (a Mistral-style model): freeing the
+// blocks that leave the window must not change a single token, and the blocks held stay bounded
+// while generating far past the window.
+TEST_F(EngineInvariants, SlidingWindowBlockFreeingIsExactAndBounded) {
+  const std::string dir = test::scratch_dir("sliding_window");
+  const std::string path = dir + "/stories-window24.gguf";
+  {
+    const auto source = gguf::GgufFile::open(test::shared_model_path("stories260K.gguf"));
+    gguf::GgufWriter writer;
+    for (const auto& kv : source->metadata()) writer.set(kv.key, kv.value);
+    writer.set_u32("llama.attention.sliding_window", 24);
+    for (const auto& t : source->tensors()) {
+      writer.add_tensor_view(t.name, t.type, t.dims, std::span<const uint8_t>(t.data, t.num_bytes));
+    }
+    writer.write(path);
+  }
+  const auto model = Model::load(path);
+  ASSERT_EQ(model->config().sliding_window, 24);
+  const std::vector<TokenId> prompt = tokenizer_->encode("Once upon a time", true, false);
+  auto generate = [&](bool free_blocks, int64_t* max_held) {
+    EngineConfig config;
+    config.num_threads = 2;
+    config.max_model_len = 1024;
+    config.free_out_of_window_blocks = free_blocks;
+    LLMEngine engine(*model, config, tokenizer_->eos_id());
+    RequestSpec spec;
+    spec.prompt = prompt;
+    spec.max_tokens = 300;
+    spec.sampling.temperature = 0.0f;
+    spec.sampling.top_logprobs = 0;
+    spec.ignore_eos = true;
+    engine.add_request(spec);
+    Generated out;
+    *max_held = 0;
+    while (engine.has_unfinished()) {
+      for (const RequestOutput& o : engine.step()) {
+        for (const SampleResult& s : o.new_tokens) {
+          out.tokens.push_back(s.token);
+          out.logprobs.push_back(s.logprob);
+        }
+      }
+      *max_held = std::max<int64_t>(*max_held, engine.kv().num_used_blocks());
+    }
+    EXPECT_EQ(engine.kv().num_free_blocks(), engine.kv().num_blocks());
+    return out;
+  };
+  int64_t held_freeing = 0, held_keeping = 0;
+  const Generated freeing = generate(true, &held_freeing);
+  const Generated keeping = generate(false, &held_keeping);
+  EXPECT_EQ(freeing, keeping) << "freeing out-of-window blocks must be exact";
+  // 24 positions span at most ceil(23/16) + 1 = 3 blocks, +1 for the block being filled.
+  EXPECT_LE(held_freeing, 4);
+  EXPECT_GE(held_keeping, (300 + 5) / 16);
 }
 
 TEST_F(EngineInvariants, AbortMidPrefillFreesBlocksAndOthersFinish) {

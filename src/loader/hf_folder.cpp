@@ -1,6 +1,7 @@
 #include "loader/hf_folder.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -133,6 +134,12 @@ class TensorBuilder {
     b.info.dims.assign(shape.rbegin(), shape.rend());
     b.info.data = t.data;
     b.info.num_bytes = t.num_bytes;
+    // Writers that do not pad the header (the format does not require it) can leave the data
+    // misaligned for its element type: such a tensor is copied rather than used in place.
+    if (reinterpret_cast<uintptr_t>(t.data) % (*type == DType::F32 ? 4 : 2) != 0) {
+      b.owned = std::make_shared<std::vector<uint8_t>>(t.data, t.data + t.num_bytes);
+      b.info.data = b.owned->data();
+    }
     return b;
   }
 
@@ -300,6 +307,11 @@ std::unique_ptr<gguf::GgufFile> load_hf_folder(const std::string& folder) {
     }
   }
   if (gemma && c.has("rope_local_base_freq")) md.f32(a + ".rope.freq_base_swa", c.number("rope_local_base_freq"));
+  if (gemma && c.has("query_pre_attn_scalar")) {  // queries are scaled by its -1/2 power
+    const double scalar = c.number("query_pre_attn_scalar");
+    if (!(scalar > 0)) fail("{}: config key 'query_pre_attn_scalar' must be positive", config_path.string());
+    md.f32(a + ".attention.scale", 1.0 / std::sqrt(scalar));
+  }
   if (c.has("final_logit_softcapping")) md.f32(a + ".final_logit_softcapping", c.number("final_logit_softcapping"));
   append_hf_tokenizer_metadata(folder, md.items());
 

@@ -204,8 +204,15 @@ void append_hf_tokenizer_metadata(const std::string& folder, std::vector<gguf::K
   if (config.is_object() && config.contains("add_bos_token") && config["add_bos_token"].is_boolean()) {
     add_bos = config["add_bos_token"].get<bool>();
   } else if (tok.contains("post_processor") && tok["post_processor"].is_object()) {
-    const json& single = tok["post_processor"].value("single", json::array());
-    add_bos = !single.empty() && single[0].contains("SpecialToken");
+    // A TemplateProcessing, alone or inside a Sequence (Llama 3: [ByteLevel, TemplateProcessing]).
+    const json& post = tok["post_processor"];
+    std::vector<json> processors = {post};
+    if (post.value("type", "") == "Sequence") processors = post.value("processors", json::array()).get<std::vector<json>>();
+    for (const json& p : processors) {
+      if (!p.is_object() || p.value("type", "") != "TemplateProcessing") continue;
+      const json& single = p.value("single", json::array());
+      add_bos = !single.empty() && single[0].contains("SpecialToken");
+    }
   }
   set("tokenizer.ggml.add_bos_token", gguf::Value::of_bool(add_bos && bos >= 0));
   set("tokenizer.ggml.add_eos_token",

@@ -62,7 +62,12 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   if (!header.is_object()) fail("{}: the safetensors header must be a JSON object", path);
   const uint64_t data_start = 8 + header_len;
   const uint64_t data_size = size - data_start;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  struct Range {
+    uint64_t begin, end;
+    std::string name;
+    bool operator<(const Range& o) const { return begin != o.begin ? begin < o.begin : end < o.end; }
+  };
+  std::vector<Range> ranges;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       if (!entry.is_object()) fail("{}: __metadata__ must be an object of strings", path);
@@ -108,12 +113,14 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     }
     t.data = bytes + data_start + begin;
     t.num_bytes = end - begin;
-    ranges.emplace_back(begin, end);
+    ranges.push_back({begin, end, name});
     file->tensors_.emplace(name, std::move(t));
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i) {
-    if (ranges[i].first < ranges[i - 1].second) fail("{}: tensors overlap in the data section", path);
+    if (ranges[i].begin < ranges[i - 1].end) {
+      fail("{}: tensors '{}' and '{}' overlap in the data section", path, ranges[i - 1].name, ranges[i].name);
+    }
   }
   return file;
 }

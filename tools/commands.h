@@ -13,6 +13,8 @@ void register_convert(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_batch(CLI::App& app);
+void register_gen_model(CLI::App& app);
+void register_bench(CLI::App& app);
 
 // Threads to use when the user gives none: every core the process may run on.
 int default_thread_count();

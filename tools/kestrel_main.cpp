@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   kestrel::cli::register_quantize(app);
   kestrel::cli::register_serve(app);
   kestrel::cli::register_batch(app);
+  kestrel::cli::register_gen_model(app);
+  kestrel::cli::register_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,243 @@
+#include "convert/gen_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <optional>
+
+#include "convert/gen_random.h"
+#include "convert/gen_vocab.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "loader/gguf_writer.h"
+#include "quant/format.h"
+
+namespace kestrel {
+namespace {
+
+constexpr float kWeightStd = 0.02f;
+constexpr int64_t kBlockElements = int64_t(1) << 16;  // RNG block: one generator per ~64K values
+
+// Llama 3.1/3.2: factor 8/32, low 1, high 4, original context 8192.
+constexpr Llama3RopeScaling kLlama31Scaling{8.0f, 1.0f, 4.0f, 8192};
+constexpr Llama3RopeScaling kLlama32Scaling{32.0f, 1.0f, 4.0f, 8192};
+
+const std::vector<ModelPreset> kPresets = {
+    // name, description, vocab, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx,
+    // rope base, rms eps, tied, rope scaling
+    {"tiny", "tiny Llama 2 shape (tests)", PresetVocab::LlamaSpm, 32000, 256, 2, 8, 4, 768, 2048,
+     10000.0f, 1e-5f, false, {}},
+    {"tiny-llama3", "tiny Llama 3 shape (tests)", PresetVocab::Llama3, 128256, 128, 2, 4, 2, 384,
+     8192, 500000.0f, 1e-5f, true, kLlama32Scaling},
+    {"llama-3.2-1b", "Llama 3.2 1B", PresetVocab::Llama3, 128256, 2048, 16, 32, 8, 8192, 131072,
+     500000.0f, 1e-5f, true, kLlama32Scaling},
+    {"llama-3.2-3b", "Llama 3.2 3B", PresetVocab::Llama3, 128256, 3072, 28, 24, 8, 8192, 131072,
+     500000.0f, 1e-5f, true, kLlama32Scaling},
+    {"llama-3.1-8b", "Llama 3.1 8B", PresetVocab::Llama3, 128256, 4096, 32, 32, 8, 14336, 131072,
+     500000.0f, 1e-5f, false, kLlama31Scaling},
+    {"tinyllama-1.1b", "TinyLlama 1.1B", PresetVocab::LlamaSpm, 32000, 2048, 22, 32, 4, 5632, 2048,
+     10000.0f, 1e-5f, false, {}},
+    {"llama-2-7b", "Llama 2 7B", PresetVocab::LlamaSpm, 32000, 4096, 32, 32, 32, 11008, 4096,
+     10000.0f, 1e-5f, false, {}},
+};
+
+struct TensorPlan {
+  std::string name;
+  std::vector<int64_t> dims;  // innermost first
+  enum class Fill { Normal, Ones, Values } fill = Fill::Normal;
+  std::vector<float> values;  // Fill::Values
+};
+
+TensorPlan normal_matrix(std::string name, int64_t row_length, int64_t rows) {
+  return {std::move(name), {row_length, rows}, TensorPlan::Fill::Normal, {}};
+}
+
+TensorPlan ones(std::string name, int64_t length) {
+  return {std::move(name), {length}, TensorPlan::Fill::Ones, {}};
+}
+
+std::vector<TensorPlan> plan_tensors(const ModelPreset& p) {
+  const int64_t q = p.n_head * p.head_dim();
+  const int64_t kv = p.n_head_kv * p.head_dim();
+  std::vector<TensorPlan> plan;
+  plan.push_back(normal_matrix("token_embd.weight", p.n_embd, p.n_vocab));
+  if (p.rope_scaling.factor > 0.0f) {
+    std::vector<float> factors = llama3_rope_freq_factors(p);
+    const int64_t n = int64_t(factors.size());
+    plan.push_back({"rope_freqs.weight", {n}, TensorPlan::Fill::Values, std::move(factors)});
+  }
+  for (int64_t i = 0; i < p.n_layer; ++i) {
+    const std::string b = fmt::format("blk.{}.", i);
+    plan.push_back(ones(b + "attn_norm.weight", p.n_embd));
+    plan.push_back(normal_matrix(b + "attn_q.weight", p.n_embd, q));
+    plan.push_back(normal_matrix(b + "attn_k.weight", p.n_embd, kv));
+    plan.push_back(normal_matrix(b + "attn_v.weight", p.n_embd, kv));
+    plan.push_back(normal_matrix(b + "attn_output.weight", q, p.n_embd));
+    plan.push_back(ones(b + "ffn_norm.weight", p.n_embd));
+    plan.push_back(normal_matrix(b + "ffn_gate.weight", p.n_embd, p.n_ff));
+    plan.push_back(normal_matrix(b + "ffn_up.weight", p.n_embd, p.n_ff));
+    plan.push_back(normal_matrix(b + "ffn_down.weight", p.n_ff, p.n_embd));
+  }
+  plan.push_back(ones("output_norm.weight", p.n_embd));
+  if (!p.tied_embeddings) plan.push_back(normal_matrix("output.weight", p.n_embd, p.n_vocab));
+  return plan;
+}
+
+void set_model_metadata(gguf::GgufWriter& w, const ModelPreset& p, const QuantRecipe& recipe,
+                        uint64_t seed) {
+  w.set_string("general.architecture", "llama");
+  w.set_string("general.name", fmt::format("{} (synthetic random weights)", p.description));
+  w.set_u32("general.file_type", recipe.file_type);
+  w.set_u32("general.quantization_version", 2);
+  w.set_u32("llama.vocab_size", uint32_t(p.n_vocab));
+  w.set_u32("llama.context_length", uint32_t(p.n_ctx));
+  w.set_u32("llama.embedding_length", uint32_t(p.n_embd));
+  w.set_u32("llama.block_count", uint32_t(p.n_layer));
+  w.set_u32("llama.feed_forward_length", uint32_t(p.n_ff));
+  w.set_u32("llama.attention.head_count", uint32_t(p.n_head));
+  w.set_u32("llama.attention.head_count_kv", uint32_t(p.n_head_kv));
+  w.set_u32("llama.attention.key_length", uint32_t(p.head_dim()));
+  w.set_u32("llama.attention.value_length", uint32_t(p.head_dim()));
+  w.set_u32("llama.rope.dimension_count", uint32_t(p.head_dim()));
+  w.set_f32("llama.rope.freq_base", p.rope_freq_base);
+  w.set_f32("llama.attention.layer_norm_rms_epsilon", p.rms_eps);
+  // Provenance: nobody should mistake this file for a trained model.
+  w.set_string("kestrel.synthetic.preset", std::string(p.name));
+  w.set("kestrel.synthetic.seed", gguf::Value::of_u64(seed));
+}
+
+// Fills `out` with the tensor encoded as `type`: rows of normal values generated block by block
+// (each block's generator depends only on seed, tensor and block), encoded row by row.
+void fill_normal_tensor(ThreadPool& pool, const quant::WeightFormat& format, int64_t row_length,
+                        int64_t rows, uint64_t seed, uint64_t tensor_index, std::span<uint8_t> out) {
+  const int64_t rows_per_block = std::max<int64_t>(1, kBlockElements / row_length);
+  const int64_t num_blocks = (rows + rows_per_block - 1) / rows_per_block;
+  const int64_t out_row = quant::row_bytes(format, row_length);
+  const bool direct_f32 = format.type == DType::F32;
+  pool.parallel_for(num_blocks, [&](int64_t begin, int64_t end) {
+    std::vector<float> values(direct_f32 ? 0 : size_t(rows_per_block * row_length));
+    for (int64_t block = begin; block < end; ++block) {
+      const int64_t first = block * rows_per_block;
+      const int64_t count = std::min(rows_per_block, rows - first);
+      float* dst =
+          direct_f32 ? reinterpret_cast<float*>(out.data() + first * out_row) : values.data();
+      Xoshiro256(seed, tensor_index, uint64_t(block))
+          .fill_normal(dst, count * row_length, kWeightStd);
+      if (direct_f32) continue;
+      for (int64_t r = 0; r < count; ++r) {
+        format.quantize_row(values.data() + r * row_length, out.data() + (first + r) * out_row,
+                            row_length);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+int64_t ModelPreset::parameter_count() const {
+  const int64_t q = n_head * head_dim();
+  const int64_t kv = n_head_kv * head_dim();
+  const int64_t per_layer = 2 * n_embd + n_embd * (q + 2 * kv) + q * n_embd + 3 * n_embd * n_ff;
+  const int64_t rope = rope_scaling.factor > 0.0f ? head_dim() / 2 : 0;
+  return n_vocab * n_embd * (tied_embeddings ? 1 : 2) + n_layer * per_layer + n_embd + rope;
+}
+
+const std::vector<ModelPreset>& model_presets() { return kPresets; }
+
+const ModelPreset* find_model_preset(std::string_view name) {
+  for (const ModelPreset& p : kPresets) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+std::vector<float> llama3_rope_freq_factors(const ModelPreset& p) {
+  // Meta's rope scaling: wavelengths shorter than original_context / high_freq_factor keep their
+  // frequency, those longer than original_context / low_freq_factor are slowed by `factor`, and
+  // the band between is interpolated. llama.cpp divides each frequency by the stored factor.
+  const Llama3RopeScaling& s = p.rope_scaling;
+  const int64_t dim = p.head_dim();
+  const double low_freq_wavelength = double(s.original_context) / s.low_freq_factor;
+  const double high_freq_wavelength = double(s.original_context) / s.high_freq_factor;
+  std::vector<float> factors;
+  for (int64_t i = 0; i < dim; i += 2) {
+    const double freq = 1.0 / std::pow(double(p.rope_freq_base), double(i) / double(dim));
+    const double wavelength = 2.0 * std::numbers::pi / freq;
+    if (wavelength < high_freq_wavelength) {
+      factors.push_back(1.0f);
+    } else if (wavelength > low_freq_wavelength) {
+      factors.push_back(s.factor);
+    } else {
+      const double smooth = (double(s.original_context) / wavelength - s.low_freq_factor) /
+                            (s.high_freq_factor - s.low_freq_factor);
+      factors.push_back(float(1.0 / ((1.0 - smooth) / s.factor + smooth)));
+    }
+  }
+  return factors;
+}
+
+GenModelStats generate_model(const GenModelOptions& o,
+                             const std::function<void(int64_t, int64_t)>& on_progress) {
+  const ModelPreset* preset = find_model_preset(o.preset);
+  if (preset == nullptr) {
+    std::string names;
+    for (const ModelPreset& p : kPresets) {
+      names += fmt::format("{}{}", names.empty() ? "" : ", ", p.name);
+    }
+    fail("unknown preset '{}' (choose one of: {})", o.preset, names);
+  }
+  const ModelPreset& p = *preset;
+  const std::optional<QuantRecipe> recipe = find_quant_recipe(o.type);
+  if (!recipe) fail("unknown type '{}' (choose one of: {})", o.type, quant_recipe_names());
+  gguf::GgufWriter writer;
+  set_model_metadata(writer, p, *recipe, o.seed);
+  const int64_t vocab_size = p.vocab == PresetVocab::Llama3
+                                 ? set_llama3_vocab(writer, o.llama3_tiktoken)
+                                 : copy_gguf_vocab(writer, o.spm_vocab_gguf);
+  if (vocab_size != p.n_vocab) {
+    fail("preset {} needs a vocabulary of {} tokens but {} has {}", p.name, p.n_vocab,
+         p.vocab == PresetVocab::Llama3 ? o.llama3_tiktoken : o.spm_vocab_gguf, vocab_size);
+  }
+
+  ThreadPool pool(std::max(1, o.num_threads));
+  GenModelStats stats;
+  const std::vector<TensorPlan> plan = plan_tensors(p);
+  // The types `kestrel quantize` would give these tensors if they were F32 (norms and rope
+  // factors stay F32).
+  std::vector<QuantTensorInfo> infos;
+  for (const TensorPlan& t : plan) infos.push_back({t.name, t.dims, DType::F32});
+  const std::vector<QuantChoice> choices = plan_quantization(*recipe, infos, p.n_layer);
+  for (size_t index = 0; index < plan.size(); ++index) {
+    const TensorPlan& t = plan[index];
+    const DType type = choices[index].type;
+    const quant::WeightFormat& format = quant::require_format(type);
+    int64_t elements = 1;
+    for (int64_t d : t.dims) elements *= d;
+    stats.parameters += elements;
+    stats.tensor_bytes += uint64_t(dtype_row_bytes(type, t.dims[0]) * (elements / t.dims[0]));
+    ++stats.tensors;
+    const uint64_t seed = o.seed;
+    const int64_t total = int64_t(plan.size());
+    // Runs inside writer.write(), below, while everything captured is still alive.
+    writer.add_tensor_fill(t.name, type, t.dims, [&t, &format, &pool, seed, index, total,
+                                                  &on_progress](std::span<uint8_t> out) {
+      const int64_t row_length = t.dims[0];
+      const int64_t rows = int64_t(out.size()) / quant::row_bytes(format, row_length);
+      if (t.fill == TensorPlan::Fill::Normal) {
+        fill_normal_tensor(pool, format, row_length, rows, seed, index, out);
+      } else {  // a 1-D tensor: one row
+        const std::vector<float> values = t.fill == TensorPlan::Fill::Ones
+                                              ? std::vector<float>(size_t(row_length), 1.0f)
+                                              : t.values;
+        format.quantize_row(values.data(), out.data(), row_length);
+      }
+      if (on_progress) on_progress(int64_t(index) + 1, total);
+    });
+  }
+  writer.write(o.output);
+  return stats;
+}
+
+}  // namespace kestrel

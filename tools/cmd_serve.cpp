@@ -2,8 +2,6 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -13,6 +11,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "engine/async_engine.h"
+#include "engine/chat_session.h"
 #include "server/http_server.h"
 #include "server_options.h"
 #include "tokenizer/tokenizer.h"
@@ -28,29 +27,6 @@ struct ServeOptions {
   std::string served_name;
   int64_t max_queue = 256;
 };
-
-// The model's own template, or a named built-in / a file given on the command line.
-std::optional<chat::ChatTemplate> load_chat_template(const std::string& choice, const gguf::GgufFile& file) {
-  std::string source;
-  if (!choice.empty()) {
-    if (auto builtin = chat::builtin_chat_template(choice)) {
-      source = *builtin;
-    } else if (std::filesystem::exists(choice)) {
-      std::ifstream in(choice);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      source = ss.str();
-    } else {
-      fail("--chat-template '{}' is neither a built-in template ({}) nor a file", choice,
-           fmt::join(chat::builtin_chat_template_names(), ", "));
-    }
-  } else if (auto embedded = file.get_string("tokenizer.chat_template")) {
-    source = *embedded;
-  } else {
-    return std::nullopt;
-  }
-  return chat::ChatTemplate::parse(source);
-}
 
 void serve(ServeOptions& o) {
   const auto model = Model::load(o.model);

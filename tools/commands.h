@@ -7,6 +7,7 @@
 namespace kestrel::cli {
 
 void register_run(CLI::App& app);
+void register_chat(CLI::App& app);
 void register_info(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_convert(CLI::App& app);

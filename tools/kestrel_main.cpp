@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Kestrel: LLM inference engine"};
   app.require_subcommand(1);
   kestrel::cli::register_run(app);
+  kestrel::cli::register_chat(app);
   kestrel::cli::register_info(app);
   kestrel::cli::register_perplexity(app);
   kestrel::cli::register_convert(app);

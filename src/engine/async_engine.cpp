@@ -144,6 +144,8 @@ void AsyncEngine::process(const std::vector<RequestOutput>& outputs) {
     const auto it = active_.find(out.id);
     if (it == active_.end()) continue;
     Active& active = it->second;
+    // From the output, not the scheduler: a request may finish in the step that admitted it.
+    active.cached_prompt_tokens = out.num_cached_tokens;
     GenerationEvent event;
     for (const SampleResult& sample : out.new_tokens) {
       if (active.completion_tokens++ == 0) {
@@ -224,8 +226,6 @@ void AsyncEngine::loop() {
         const auto it = active_.find(id);
         if (it == active_.end() || it->second.admitted) continue;
         it->second.admitted = true;
-        const auto* request = engine_.scheduler().find(id);
-        if (request != nullptr) it->second.cached_prompt_tokens = request->num_computed_tokens;
         metrics_.update([&](MetricsSnapshot& m) {
           m.queue_time.observe(std::chrono::duration<double>(now - it->second.arrival).count());
           m.prompt_tokens += it->second.prompt_tokens;

@@ -174,6 +174,7 @@ std::vector<RequestOutput> LLMEngine::step() {
     out.new_tokens.push_back(std::move(results[next++]));
     out.num_prompt_tokens = s.request->num_prompt_tokens;
     out.num_output_tokens = s.request->num_output_tokens();
+    out.num_cached_tokens = std::max<int64_t>(0, s.request->num_cached_tokens);
     out.finished = s.request->finished();
     out.finish_reason = s.request->finish_reason;
     outputs.push_back(std::move(out));

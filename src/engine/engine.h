@@ -48,6 +48,7 @@ struct RequestOutput {
   FinishReason finish_reason = FinishReason::None;
   int64_t num_prompt_tokens = 0;
   int64_t num_output_tokens = 0;
+  int64_t num_cached_tokens = 0;  // prompt tokens whose K/V came from the prefix cache
 };
 
 struct StepStats {

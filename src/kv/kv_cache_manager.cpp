@@ -71,21 +71,26 @@ std::string KVCacheManager::check_fits(int64_t num_tokens, int64_t max_chunk_tok
 CachedPrefix KVCacheManager::find_cached_prefix(std::span<const int32_t> tokens) const {
   CachedPrefix prefix;
   if (!enable_prefix_caching_) return prefix;
-  const Group& g = groups_[0];
   const size_t full_blocks = tokens.size() / size_t(block_size_);
+  prefix.blocks.resize(groups_.size());
   uint64_t parent_hash = PrefixCache::kRootHash;
-  BlockId parent = -1;
   for (size_t i = 0; i < full_blocks; ++i) {
     const auto block_tokens = tokens.subspan(i * size_t(block_size_), size_t(block_size_));
-    const uint64_t hash = g.cache.chain_hash(parent_hash, block_tokens);
-    const BlockId block = g.cache.lookup(hash, parent, block_tokens);
-    if (block < 0) break;
-    prefix.blocks.push_back(block);
+    const uint64_t hash = groups_[0].cache.chain_hash(parent_hash, block_tokens);
+    // Groups are allocated and computed in lockstep, so they normally hit alike; a block evicted
+    // from one group ends the reusable prefix for all.
+    std::vector<BlockId> found(groups_.size(), -1);
+    for (size_t gi = 0; gi < groups_.size(); ++gi) {
+      const BlockId parent = i == 0 ? -1 : prefix.blocks[gi].back();
+      found[gi] = groups_[gi].cache.lookup(hash, parent, block_tokens);
+      if (found[gi] < 0) break;
+    }
+    if (std::find(found.begin(), found.end(), -1) != found.end()) break;
+    for (size_t gi = 0; gi < groups_.size(); ++gi) prefix.blocks[gi].push_back(found[gi]);
     prefix.hashes.push_back(hash);
     parent_hash = hash;
-    parent = block;
   }
-  prefix.num_tokens = int64_t(prefix.blocks.size()) * block_size_;
+  prefix.num_tokens = int64_t(prefix.hashes.size()) * block_size_;
   return prefix;
 }
 
@@ -105,14 +110,14 @@ bool KVCacheManager::allocate_slots(RequestId request, int64_t num_tokens, const
     Group& g = groups_[gi];
     const auto it = g.tables.find(request);
     const int64_t held = it == g.tables.end() ? 0 : int64_t(it->second.blocks.size());
-    const bool with_prefix = gi == 0 && prefix != nullptr && held == 0 && !prefix->blocks.empty();
-    const int64_t start = with_prefix ? int64_t(prefix->blocks.size()) : held;
+    const bool with_prefix = prefix != nullptr && held == 0 && !prefix->hashes.empty();
+    const int64_t start = with_prefix ? int64_t(prefix->hashes.size()) : held;
     // Blocks a sliding group would allocate only to free at once are skipped.
     const int64_t first = std::max(start, first_kept_block(g, num_computed_tokens));
     needed[gi] = std::max<int64_t>(0, wanted_blocks - first);
     int64_t available = g.pool.num_free();
     if (with_prefix) {
-      for (BlockId b : prefix->blocks) available -= g.pool.is_free(b) ? 1 : 0;
+      for (BlockId b : prefix->blocks[gi]) available -= g.pool.is_free(b) ? 1 : 0;
     }
     // Blocks this call frees (out of the window) count as available.
     if (it != g.tables.end()) {
@@ -127,9 +132,9 @@ bool KVCacheManager::allocate_slots(RequestId request, int64_t num_tokens, const
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     Group& g = groups_[gi];
     Table& table = g.tables[request];
-    if (gi == 0 && prefix != nullptr && table.blocks.empty() && !prefix->blocks.empty()) {
-      for (BlockId b : prefix->blocks) g.pool.add_ref(b);
-      table.blocks = prefix->blocks;
+    if (prefix != nullptr && table.blocks.empty() && !prefix->hashes.empty()) {
+      for (BlockId b : prefix->blocks[gi]) g.pool.add_ref(b);
+      table.blocks = prefix->blocks[gi];
       table.hashes = prefix->hashes;
     }
     // Free what no coming token can see (sliding groups only).
@@ -150,20 +155,21 @@ bool KVCacheManager::allocate_slots(RequestId request, int64_t num_tokens, const
 void KVCacheManager::cache_computed_blocks(RequestId request, std::span<const int32_t> tokens,
                                            int64_t num_computed_tokens) {
   if (!enable_prefix_caching_) return;
-  Group& g = groups_[0];
-  const auto it = g.tables.find(request);
-  if (it == g.tables.end()) return;
-  Table& table = it->second;
-  const size_t full_blocks =
-      std::min(size_t(num_computed_tokens / block_size_), table.blocks.size());
-  while (table.hashes.size() < full_blocks) {
-    const size_t i = table.hashes.size();
-    const auto block_tokens = tokens.subspan(i * size_t(block_size_), size_t(block_size_));
-    const uint64_t parent_hash = i == 0 ? PrefixCache::kRootHash : table.hashes[i - 1];
-    const BlockId parent = i == 0 ? -1 : table.blocks[i - 1];
-    const uint64_t hash = g.cache.chain_hash(parent_hash, block_tokens);
-    g.cache.insert(table.blocks[i], hash, parent, block_tokens);
-    table.hashes.push_back(hash);
+  for (Group& g : groups_) {
+    const auto it = g.tables.find(request);
+    if (it == g.tables.end()) continue;
+    Table& table = it->second;
+    const size_t full_blocks =
+        std::min(size_t(num_computed_tokens / block_size_), table.blocks.size());
+    while (table.hashes.size() < full_blocks) {
+      const size_t i = table.hashes.size();
+      const auto block_tokens = tokens.subspan(i * size_t(block_size_), size_t(block_size_));
+      const uint64_t parent_hash = i == 0 ? PrefixCache::kRootHash : table.hashes[i - 1];
+      const BlockId parent = i == 0 ? -1 : table.blocks[i - 1];
+      const uint64_t hash = g.cache.chain_hash(parent_hash, block_tokens);
+      g.cache.insert(table.blocks[i], hash, parent, block_tokens);
+      table.hashes.push_back(hash);
+    }
   }
 }
 

@@ -29,9 +29,11 @@ struct KVCacheGroupSpec {
 
 // Full blocks of a request's prefix already in the cache, found by find_cached_prefix().
 struct CachedPrefix {
-  std::vector<BlockId> blocks;
-  std::vector<uint64_t> hashes;
-  int64_t num_tokens = 0;  // blocks.size() * block_size
+  // Per group, the cached blocks in position order: every group holds its own layers' K/V for
+  // the same positions, so a prefix is reusable only as far as every group still has it.
+  std::vector<std::vector<BlockId>> blocks;
+  std::vector<uint64_t> hashes;  // chain hashes of those blocks (the same in every group)
+  int64_t num_tokens = 0;        // hashes.size() * block_size
 };
 
 class KVCacheManager {
@@ -40,7 +42,8 @@ class KVCacheManager {
   KVCacheManager(int32_t num_blocks, int block_size, bool enable_prefix_caching = false,
                  PrefixCache::HashFn hash = {});
   // Several groups. Prefix caching applies only when every group is full attention (a sliding
-  // group would need the window's blocks before the hit too; not implemented).
+  // group would need the window's blocks before the hit too; not implemented). Several
+  // full-attention groups (sliding layers whose blocks are kept) each cache their own blocks.
   KVCacheManager(std::vector<KVCacheGroupSpec> groups, int block_size, bool enable_prefix_caching,
                  PrefixCache::HashFn hash = {});
 

@@ -23,6 +23,9 @@ struct Request {
   std::vector<TokenId> tokens;       // prompt followed by generated tokens
   int64_t num_prompt_tokens = 0;
   int64_t num_computed_tokens = 0;   // tokens whose K/V are in the cache
+  // Tokens found in the prefix cache at first admission (vLLM's num_cached_tokens); -1 until then.
+  // Kept apart from num_computed_tokens, which also counts what the admission step computed.
+  int64_t num_cached_tokens = -1;
   int64_t max_tokens = 0;            // generated-token limit
   int priority = 0;                  // lower value runs first (vLLM convention); FCFS within one
   uint64_t arrival_order = 0;        // ties broken by arrival

@@ -135,6 +135,7 @@ SchedulerOutput Scheduler::schedule() {
     if (!kv_.allocate_slots(request->id, prefix.num_tokens + num_new, &prefix, prefix.num_tokens)) break;
     kv_.record_prefix_query(request->num_tokens(), prefix.num_tokens);
     request->num_computed_tokens = prefix.num_tokens;
+    if (request->num_cached_tokens < 0) request->num_cached_tokens = prefix.num_tokens;
     waiting_.pop_front();
     request->status = RequestStatus::Running;
     running_.push_back(request);

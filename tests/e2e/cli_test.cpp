@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "test_paths.h"
 
@@ -115,6 +116,62 @@ TEST(Cli, ErrorsAreOneClearLineAndExitCodeOne) {
 
   const CommandResult bad_flag = run_kestrel("run " + kStories + " --top-p 3");
   EXPECT_NE(bad_flag.exit_code, 0);
+}
+
+// `kestrel chat` driven through a pipe: one turn per line, replies on stdout, per-turn statistics
+// with --verbose, /clear and /exit.
+std::string chat_input(const std::string& name, const std::string& lines) {
+  const std::string path = test::scratch_dir(name) + "/input.txt";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return "/dev/null";
+  std::fputs(lines.c_str(), f);
+  std::fclose(f);
+  return path;
+}
+
+TEST(Cli, ChatPipedTurnsReuseTheConversationAndObeyClearAndExit) {
+  const std::string chat = "chat " + kStories + " --chat-template chatml -n 24 --temp 0 -t 2 -c 256 --verbose";
+  const CommandResult one = run_kestrel(chat + " < " + chat_input("chat_one", "Tell me a story.\n"));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_FALSE(one.out.empty());
+  EXPECT_EQ(one.out.back(), '\n');
+
+  const CommandResult r = run_kestrel(
+      chat + " < " +
+      chat_input("chat_turns", "Tell me a story.\nWhat happened next?\n/clear\nTell me a story.\n/exit\nNever sent.\n"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Greedy: the first turn after /clear replies as the very first turn did.
+  EXPECT_EQ(r.out.rfind(one.out, 0), 0u) << r.out;
+  ASSERT_GT(r.out.size(), 2 * one.out.size());
+  EXPECT_EQ(r.out.substr(r.out.size() - one.out.size()), one.out) << r.out;
+  // Three turns ran (/exit stopped the fourth); the second reused the first turn's blocks.
+  std::vector<long long> reused;
+  for (size_t at = r.err.find("[turn "); at != std::string::npos; at = r.err.find("[turn ", at + 1)) {
+    int turn = 0;
+    long long prompt = 0, cached = 0;
+    ASSERT_EQ(std::sscanf(r.err.c_str() + at, "[turn %d: prompt %lld tokens (%lld reused", &turn, &prompt, &cached), 3)
+        << r.err;
+    reused.push_back(cached);
+  }
+  ASSERT_EQ(reused.size(), 3u) << r.err;
+  EXPECT_EQ(reused[0], 0);
+  EXPECT_GE(reused[1], 32) << r.err;
+}
+
+TEST(Cli, ChatErrorsNameTheFix) {
+  const CommandResult no_template = run_kestrel("chat " + kStories + " < /dev/null");
+  EXPECT_EQ(no_template.exit_code, 1);
+  EXPECT_NE(no_template.err.find("no chat template"), std::string::npos) << no_template.err;
+  EXPECT_NE(no_template.err.find("--chat-template"), std::string::npos) << no_template.err;
+
+  // A 64-token context fills within a few turns: a clear message, then /clear recovers.
+  const CommandResult full = run_kestrel(
+      "chat " + kStories + " --chat-template chatml -n 16 --temp 0 -t 2 -c 64 < " +
+      chat_input("chat_full", "Tell me a story.\nMore.\nMore.\nMore.\nMore.\n/clear\nHi.\n"));
+  EXPECT_EQ(full.exit_code, 0) << full.err;
+  EXPECT_NE(full.err.find("but the context holds 64; /clear starts a new conversation"), std::string::npos)
+      << full.err;
+  EXPECT_EQ(full.out.find("error"), std::string::npos);
 }
 
 }  // namespace

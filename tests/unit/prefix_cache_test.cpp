@@ -153,5 +153,34 @@ TEST(PrefixCache, DuplicateContentComputedTwiceStaysPrivate) {
   EXPECT_EQ(admit_and_compute(kv, 3, prompt), 8);
 }
 
+// Sliding-window layers whose blocks are kept (a chat engine does this) form a second
+// full-attention group with its own pool: a hit must hand out each group's own blocks, or that
+// group's layers would read K/V nobody computed.
+TEST(PrefixCache, SeveralFullAttentionGroupsEachReuseTheirOwnBlocks) {
+  KVCacheManager kv({{8, 0}, {12, 0}}, kBlock, /*enable_prefix_caching=*/true);
+  ASSERT_TRUE(kv.prefix_caching());
+  const auto prompt = range_tokens(0, 10);
+  EXPECT_EQ(admit_and_compute(kv, 1, prompt), 0);
+  const std::vector<BlockId> first0 = kv.block_table(1, 0);
+  const std::vector<BlockId> first1 = kv.block_table(1, 1);
+  kv.free(1);
+  EXPECT_EQ(admit_and_compute(kv, 2, prompt), 8);
+  for (size_t b = 0; b < 2; ++b) {
+    EXPECT_EQ(kv.block_table(2, 0)[b], first0[b]);
+    EXPECT_EQ(kv.block_table(2, 1)[b], first1[b]);
+  }
+  kv.free(2);
+  EXPECT_EQ(kv.num_free_blocks(), 20);
+  // A block evicted from one group only ends the reusable prefix there too: take every free
+  // block of group 1 (evicting its cached ones), via a request of group-1-sized demand.
+  KVCacheManager small({{8, 0}, {3, 0}}, kBlock, true);
+  EXPECT_EQ(admit_and_compute(small, 1, prompt), 0);
+  small.free(1);
+  const CachedPrefix none;
+  ASSERT_TRUE(small.allocate_slots(2, 12, &none));  // 3 blocks: all of group 1's pool
+  small.free(2);
+  EXPECT_EQ(small.find_cached_prefix(std::span<const int32_t>(prompt).first(9)).num_tokens, 0);
+}
+
 }  // namespace
 }  // namespace kestrel

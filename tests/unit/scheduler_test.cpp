@@ -33,8 +33,8 @@ struct FakeEngine {
   std::vector<SchedulerOutput> history;
   std::map<RequestId, std::unique_ptr<Request>> finished;
 
-  FakeEngine(int32_t blocks, int block_size, SchedulerConfig config)
-      : kv(blocks, block_size), scheduler(config, kv) {}
+  FakeEngine(int32_t blocks, int block_size, SchedulerConfig config, bool prefix_caching = false)
+      : kv(blocks, block_size, prefix_caching), scheduler(config, kv) {}
 
   SchedulerOutput step() {
     SchedulerOutput out = scheduler.schedule();
@@ -237,6 +237,35 @@ TEST(Scheduler, EosFinishesWithStop) {
   EXPECT_EQ(e.finished[1]->finish_reason, FinishReason::Stop);
   EXPECT_EQ(e.finished[1]->num_output_tokens(), 3);
   EXPECT_EQ(e.finished[1]->tokens.back(), kEos);
+}
+
+// A multi-turn chat's next prompt is the previous prompt + reply + more: the finished request's
+// blocks holding generated tokens must be found in the prefix cache too (as in vLLM), and the
+// request reports what it found (num_cached_tokens), not what its first step computed.
+TEST(Scheduler, PrefixCacheCoversGeneratedTokensOfFinishedRequests) {
+  FakeEngine e(64, 4, config(64, 8), /*prefix_caching=*/true);
+  e.scheduler.add_request(make_request(1, 10, 8));
+  e.run_to_completion();
+  ASSERT_EQ(e.finished.count(1), 1u);
+  EXPECT_EQ(e.finished[1]->num_cached_tokens, 0);
+  // 18 tokens, 17 computed (the last sampled token is never fed back): 4 full blocks, 6 of their
+  // tokens generated.
+  auto next = std::make_unique<Request>();
+  next->id = 2;
+  next->tokens = e.finished[1]->tokens;
+  for (TokenId t : {1, 2, 3}) next->tokens.push_back(t);
+  next->num_prompt_tokens = next->num_tokens();
+  next->max_tokens = 4;
+  next->eos_token = kEos;
+  e.scheduler.add_request(std::move(next));
+  e.step();
+  const Request* r = e.scheduler.find(2);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->num_cached_tokens, 16);
+  EXPECT_EQ(r->num_computed_tokens, 21);
+  e.run_to_completion();
+  EXPECT_EQ(e.finished[2]->num_cached_tokens, 16);
+  EXPECT_EQ(e.kv.num_free_blocks(), e.kv.num_blocks());
 }
 
 TEST(Scheduler, IgnoreEosKeepsGenerating) {

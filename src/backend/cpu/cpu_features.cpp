@@ -56,6 +56,7 @@ CpuFeatures detect() {
     f.avx512vnni = bit(leaf7.ecx, 11);
     f.avx512bitalg = bit(leaf7.ecx, 12);
     f.avx512vpopcntdq = bit(leaf7.ecx, 14);
+    f.gfni = bit(leaf7.ecx, 8);
   }
   if (os_amx) {
     f.amx_bf16 = bit(leaf7.edx, 22);
@@ -94,6 +95,7 @@ std::string CpuFeatures::describe() const {
   add(avx512vbmi2, "avx512vbmi2");
   add(avx512bitalg, "avx512bitalg");
   add(avx512vpopcntdq, "avx512vpopcntdq");
+  add(gfni, "gfni");
   add(avx512bf16, "avx512bf16");
   add(amx_int8, "amx-int8");
   add(amx_bf16, "amx-bf16");

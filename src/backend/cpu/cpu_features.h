@@ -20,6 +20,7 @@ struct CpuFeatures {
   bool avx512vbmi2 = false;
   bool avx512bitalg = false;
   bool avx512vpopcntdq = false;
+  bool gfni = false;
   bool avx512bf16 = false;
   bool avx_vnni = false;
   bool amx_int8 = false;
@@ -29,9 +30,10 @@ struct CpuFeatures {
   bool has_avx2_set() const { return avx2 && fma && f16c; }
   // Everything the *_avx512.cpp files are compiled for (src/CMakeLists.txt), so everything the
   // compiler may emit there: Ice Lake, Zen 4 and later (Skylake-X and Cascade Lake lack VBMI).
+  // GFNI (every one of those has it) extracts nibbles for the k-quant kernels.
   bool has_avx512_set() const {
     return has_avx2_set() && avx512f && avx512bw && avx512vl && avx512dq && avx512vnni && avx512vbmi &&
-           avx512vbmi2 && avx512bitalg && avx512vpopcntdq;
+           avx512vbmi2 && avx512bitalg && avx512vpopcntdq && gfni;
   }
   // "avx2 fma f16c avx512f ..." for logs and error messages.
   std::string describe() const;

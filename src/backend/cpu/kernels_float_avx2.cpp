@@ -68,6 +68,7 @@ struct TailCopy {
 
 struct F32Kernel {
   static constexpr int kRows = 2, kTokens = 4, kDecodeRows = 4;
+  static constexpr int64_t kStepBytes = 32;  // one-token tiles prefetch the next tile (kernels_tile.h)
   using Acc = __m256;
   using W = __m256;
   using A = __m256;
@@ -88,6 +89,7 @@ struct F32Kernel {
 };
 
 struct F16Kernel : F32Kernel {
+  static constexpr int64_t kStepBytes = 16;
   static W load_w(const uint8_t* row, int64_t s) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + s * 16)));
   }
@@ -99,6 +101,7 @@ struct F16Kernel : F32Kernel {
 
 struct Bf16Kernel {
   static constexpr int kRows = 2, kTokens = 4, kDecodeRows = 4;
+  static constexpr int64_t kStepBytes = 32;
   using Acc = __m256;
   struct W {
     __m256 even, odd;
@@ -132,6 +135,7 @@ struct Bf16Kernel {
 // FP8_E4M3_PC: as in kernels_float_avx512.cpp, each E4M3 byte becomes the F16 holding its value
 // / 256, and the row sum is scaled by 256 * the row scale at the end.
 struct Fp8Kernel : F32Kernel {
+  static constexpr int64_t kStepBytes = 8;
   static __m256 decode(__m128i codes) {
     const __m128i bits = _mm_slli_epi16(_mm_cvtepi8_epi16(codes), 7);
     return _mm256_cvtph_ps(_mm_and_si128(bits, _mm_set1_epi16(short(0xbf80))));

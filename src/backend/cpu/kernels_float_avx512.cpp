@@ -77,6 +77,7 @@ void convert_bf16_values(const float* x, uint8_t* out, int64_t k) {
 
 struct F32Kernel {
   static constexpr int kRows = 4, kTokens = 6, kDecodeRows = 4;
+  static constexpr int64_t kStepBytes = 64;  // one-token tiles prefetch the next tile (kernels_tile.h)
   static constexpr int64_t kPackSteps = 32;  // 512 elements: 8 KB of decoded rows per tile
   using Acc = __m512;
   using W = __m512;
@@ -98,6 +99,7 @@ struct F32Kernel {
 };
 
 struct F16Kernel : F32Kernel {
+  static constexpr int64_t kStepBytes = 32;
   static W load_w(const uint8_t* row, int64_t s) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + s * 32)));
   }
@@ -108,6 +110,7 @@ struct F16Kernel : F32Kernel {
 
 struct Bf16Kernel {
   static constexpr int kRows = 4, kTokens = 4, kDecodeRows = 4;
+  static constexpr int64_t kStepBytes = 64;
   static constexpr int64_t kPackSteps = 16;
   using Acc = __m512;
   struct W {
@@ -142,6 +145,7 @@ struct Bf16Kernel {
 // exponents 8 apart), so the row's sum is scaled by 256 * scale at the end. The NaN codes (0x7f,
 // 0xff; quantizers never produce them) decode as +-480 instead.
 struct Fp8Kernel : F32Kernel {
+  static constexpr int64_t kStepBytes = 16;  // after the row header: prefetches land 8 bytes early
   static __m512 decode(__m128i codes) {
     // Sign-extended, shifted left 7: sign in bits 14-15, e and m in bits 7-13; clear bit 14.
     const __m256i bits = _mm256_slli_epi16(_mm256_cvtepi8_epi16(codes), 7);

@@ -1,8 +1,11 @@
-// AVX2 kernels for the k-quants Q4_K, Q5_K and Q6_K against Q8_K activations: the AVX-512 design
-// (kernels_kquant_avx512.cpp) with one 32-element sub-block (Q4_K/Q5_K) or two 16-element ones
-// (Q6_K) per 256-bit vector, and maddubs + madd in place of maddubs + dpwssd. A decoded
-// super-block does not fit AVX2's 16 registers; the compiler keeps it on the stack, where the
-// multiply instructions read it directly.
+// AVX2 kernels for the k-quants Q4_K, Q5_K and Q6_K against Q8_K activations (kernels_q8k_common.h):
+// levels in element order, one 32-element sub-block (Q4_K/Q5_K) or two 16-element ones (Q6_K) per
+// 256-bit vector, maddubs + madd with the sub-block scales, then one F32 multiply-add per
+// super-block (AVX2 has neither dpbusd nor GFNI, which the AVX-512 lane-major design uses). A
+// decoded super-block does not fit AVX2's 16 registers; the compiler keeps it on the stack, where
+// the multiply instructions read it directly. Prefill decodes 4-row tiles once per 8-step chunk into
+// an L1 buffer shared by a whole token block (kernels_tile.h): one thread, n = 512, Q4_K 85 -> 115
+// and Q6_K 68 -> 127 GFLOP/s against 1 x 4 unpacked tiles; decode runs 2 rows at a time.
 #include "backend/cpu/kernels_isa.h"
 #include "backend/cpu/kernels_q8k_common.h"
 #include "backend/cpu/kernels_simd_avx2.h"
@@ -23,8 +26,8 @@ struct KquantActivation {
 
 template <bool kFiveBit>
 struct Q45KKernel {
-  static constexpr int64_t kBlockBytes = kFiveBit ? 176 : 144;
-  static constexpr int kRows = 1, kTokens = 4, kDecodeRows = 1;
+  static constexpr int64_t kBlockBytes = kFiveBit ? 176 : 144, kStepBytes = kBlockBytes;
+  static constexpr int kRows = 4, kTokens = 2, kDecodeRows = 2, kPackSteps = 8;  // see the top
   using Acc = __m256;
   using A = KquantActivation;
   struct W {
@@ -80,8 +83,8 @@ struct Q45KKernel {
 };
 
 struct Q6KKernel {
-  static constexpr int64_t kBlockBytes = 210;
-  static constexpr int kRows = 1, kTokens = 4, kDecodeRows = 1;
+  static constexpr int64_t kBlockBytes = 210, kStepBytes = kBlockBytes;
+  static constexpr int kRows = 4, kTokens = 2, kDecodeRows = 2, kPackSteps = 8;  // see the top
   using Acc = __m256;
   using A = KquantActivation;
   struct W {

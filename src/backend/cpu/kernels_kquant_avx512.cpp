@@ -1,19 +1,27 @@
-// AVX-512 kernels for the k-quants Q4_K, Q5_K and Q6_K against Q8_K activations
-// (kernels_q8k_common.h). One step is one super-block of 256 elements. A weight decoder unpacks
-// it into four 64-byte vectors of levels in element order plus, per vector, the int16 sub-block
-// scale of each 16-bit pair; then per (row, token):
-//   pairs    = maddubs(levels, activations)           u8 x s8 -> int16 pairs (no saturation:
-//                                                     2 * 31 * 127 and 2 * 255 * 32 < 2^15)
-//   lanes   += dpwssd(pairs, scales)                  int32, exact
-//   acc     += (float(lanes) * d) * d_a               one F32 multiply and add per super-block
-// Q4_K/Q5_K subtract dmin * sum_j min_j * (bsums of sub-block j) as a second multiply-add (the
-// reference rounds the two terms apart too). Q6_K's levels are q - 32 (signed), so it meets
-// activations stored as q_a + 128 and starts each lane from -128 * (its scaled weights), computed
-// once per row: every lane then holds its exact share of the super-block's dot product, with no
-// offset left to cancel between lanes in float.
+// AVX-512 kernels for the k-quants Q4_K, Q5_K and Q6_K (those of llama.cpp's Q4_K_M and Q5_K_M
+// files) against Q8_K activations. One step is one super-block of 256 elements.
+//
+// Activations are stored lane-major: in each super-block, 32-bit lane p of activation vector v
+// (v = 0..3) holds elements 16p + 4v .. 16p + 4v + 3, so over the four vectors lane p covers
+// exactly group p (elements 16p .. 16p + 15): the group of bsum p, of Q6_K scale p, and half of
+// Q4_K/Q5_K sub-block p / 2. A weight decoder gathers its levels into the same order (one
+// vpermt2d per vector) and cuts the bits out with one GF2P8AFFINEQB per vector (a bit matrix per
+// qword: the low or the high nibble of each byte, or Q5_K/Q6_K's top bits moved into place).
+// Then per (row, token):
+//   lanes  = dpbusd x 4 (unsigned levels . signed q_a)    int32, exact: group p's integer dot
+//   acc   += (float(lanes) * (d * scale_p)) * d_a          d * scale_p is exact in F32
+//   Q4_K/Q5_K:  acc += (-dmin * min_p) * (d_a * bsum_p)   the min term, one lane per group
+//   Q6_K:       lanes start from -32 * bsum_p             levels are stored q, not q - 32
+// 7-8 vector operations per (row, token, super-block), against 14 for the former maddubs/dpwssd
+// form (maddubs issues on one port only); the decoding is shared by the 8 x 2 token tile and, on
+// the packed prefill path (kernels_tile.h), by a whole block of up to 64 tokens. Every lane's
+// integer part is exact, so only the two float roundings per lane differ from the reference's.
+// Measured on one Emerald Rapids core, n = 512: Q4_K 141 -> ~245 GFLOP/s, Q6_K 135 -> ~255.
 // GCC 12 reports its own _mm512_undefined_* helpers as uninitialised once inlined.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// GF2P8AFFINEQB (see above); has_avx512_set() requires GFNI before this file may run.
+#pragma GCC target("gfni")
 
 #include "backend/cpu/kernels_isa.h"
 #include "backend/cpu/kernels_q8k_common.h"
@@ -23,184 +31,220 @@
 namespace kestrel::cpu {
 namespace {
 
-// Index vector for Q6_K: words w -> base + w / 8.
-inline __m512i quarters(short base) {
-  return _mm512_setr_epi64(0x0000000000000000 + base * 0x0001000100010001LL,
-                           0x0000000000000000 + base * 0x0001000100010001LL,
-                           (base + 1) * 0x0001000100010001LL, (base + 1) * 0x0001000100010001LL,
-                           (base + 2) * 0x0001000100010001LL, (base + 2) * 0x0001000100010001LL,
-                           (base + 3) * 0x0001000100010001LL, (base + 3) * 0x0001000100010001LL);
-}
-
-struct KquantActivation {
-  __m512i q[4];
-  __m256i bsums;
-  __m512 d;
-};
-
-inline KquantActivation load_q8_k(const uint8_t* act, int64_t s) {
-  const uint8_t* b = act + s * Q8KLayout::kBlockBytes;
-  KquantActivation a;
-  for (int v = 0; v < 4; ++v) a.q[v] = _mm512_loadu_si512(b + Q8KLayout::kQs + 64 * v);
-  a.bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + Q8KLayout::kBsums));
-  a.d = _mm512_set1_ps(load_f32(b + Q8KLayout::kScale));
-  return a;
-}
-
-// ---- Q4_K and Q5_K --------------------------------------------------------------------------
-
-// Byte-shuffle indices (vpermb) with zero-masking of the odd bytes: word w of the result is byte
-// index[2w] of the source, zero-extended.
+// Byte-shuffle indices (vpermb).
 struct ByteIndex {
   alignas(64) uint8_t b[64];
 };
-// Words 0-15: `first`, words 16-31: `second`.
-constexpr ByteIndex word_pairs(int first, int second) {
-  ByteIndex index{};
-  for (int w = 0; w < 32; ++w) index.b[2 * w] = uint8_t(w < 16 ? first : second);
+
+struct LaneLayout {
+  static constexpr int64_t kQs = 0, kExtra = 256, kScale = 320, kBlockBytes = 384;
+  static int64_t row_bytes(int64_t k) { return k / 256 * kBlockBytes; }
+};
+
+// 384 bytes per super-block: qs[256] (lane-major), extra[16] (Q4_K/Q5_K: F32 d_a * bsum_p; Q6_K:
+// int32 -32 * bsum_p), F32 d_a, padding. The q, bsums and d are bit for bit
+// those of quantize_row_q8_K (computed by convert_q8_k, then reordered).
+template <bool kQ6>
+void convert_q8_k_lanes(const float* x, uint8_t* out, int64_t k) {
+  alignas(64) uint8_t plain[Q8KLayout::kBlockBytes];
+  for (int64_t b = 0; b < k / 256; ++b) {
+    convert_q8_k<false>(x + b * 256, plain, 256);
+    uint8_t* block = out + b * LaneLayout::kBlockBytes;
+    uint32_t dwords[64];
+    std::memcpy(dwords, plain + Q8KLayout::kQs, 256);
+    for (int v = 0; v < 4; ++v) {
+      for (int p = 0; p < 16; ++p) std::memcpy(block + 64 * v + 4 * p, &dwords[4 * p + v], 4);
+    }
+    const float d = load_f32(plain + Q8KLayout::kScale);
+    for (int p = 0; p < 16; ++p) {
+      int16_t bsum;
+      std::memcpy(&bsum, plain + Q8KLayout::kBsums + 2 * p, 2);
+      if constexpr (kQ6) {
+        const int32_t start = -32 * int32_t(bsum);
+        std::memcpy(block + LaneLayout::kExtra + 4 * p, &start, 4);
+      } else {
+        const float scaled = d * float(bsum);
+        std::memcpy(block + LaneLayout::kExtra + 4 * p, &scaled, 4);
+      }
+    }
+    std::memcpy(block + LaneLayout::kScale, &d, 4);
+    std::memset(block + LaneLayout::kScale + 4, 0, size_t(LaneLayout::kBlockBytes - LaneLayout::kScale - 4));
+  }
+}
+
+struct DwordIndex {
+  alignas(64) int32_t i[16];
+};
+struct QwordMatrix {
+  alignas(64) uint64_t m[8];
+};
+// GF2P8AFFINEQB matrices: result bit i is the parity of (matrix byte 7 - i) & source byte.
+constexpr uint64_t kLowNibble = 0x0102040800000000ull, kHighNibble = 0x1020408000000000ull;
+constexpr uint64_t top_two_bits(int shift) {  // bits shift, shift + 1 -> bits 4, 5
+  return uint64_t(1u << shift) << 24 | uint64_t(1u << (shift + 1)) << 16;
+}
+
+// Q4_K qs: byte 32c + l holds element 64c + l (low nibble) and 64c + 32 + l (high nibble), so
+// group p (c = p / 4) is dwords 8c + 4 (p % 2) .. + 3 of qs, low nibble when p / 2 is even.
+constexpr DwordIndex q4k_gather(int v) {
+  DwordIndex index{};
+  for (int p = 0; p < 16; ++p) index.i[p] = 8 * (p / 4) + 4 * (p % 2) + v;
   return index;
 }
-// Word g (0..15) = byte g / 2: the min of the sub-block that bsum g belongs to.
-constexpr ByteIndex mins_per_bsum() {
-  ByteIndex index{};
-  for (int g = 0; g < 16; ++g) index.b[2 * g] = uint8_t(g / 2);
+constexpr QwordMatrix q4k_nibbles() {
+  QwordMatrix matrix{};
+  for (int q = 0; q < 8; ++q) matrix.m[q] = q % 2 == 0 ? kLowNibble : kHighNibble;
+  return matrix;
+}
+// Q5_K: the fifth bit of element 32j + l is bit j of qh[l]; group p (j = p / 2) takes dword
+// 4 (p % 2) + v of qh, and both lanes of qword q are groups of sub-block q.
+constexpr DwordIndex q5k_high_gather(int v) {
+  DwordIndex index{};
+  for (int p = 0; p < 16; ++p) index.i[p] = 4 * (p % 2) + v;
   return index;
 }
-constexpr __mmask64 kEvenBytes = 0x5555555555555555ull;
+constexpr QwordMatrix q5k_high_bit() {  // bit q -> bit 4
+  QwordMatrix matrix{};
+  for (int q = 0; q < 8; ++q) matrix.m[q] = uint64_t(1u << q) << 24;
+  return matrix;
+}
+// Q6_K: in half h of the block (elements 128h ..), element 32j + l (j < 4) is ql[64h + l + 32 (j
+// % 2)], low nibble for j < 2, plus bits 2j, 2j + 1 of qh[32h + l] as bits 4-5.
+constexpr DwordIndex q6k_low_gather(int v) {
+  DwordIndex index{};
+  for (int p = 0; p < 16; ++p) index.i[p] = 16 * (p / 8) + 8 * ((p / 2) % 2) + 4 * (p % 2) + v;
+  return index;
+}
+constexpr DwordIndex q6k_high_gather(int v) {
+  DwordIndex index{};
+  for (int p = 0; p < 16; ++p) index.i[p] = 8 * (p / 8) + 4 * (p % 2) + v;
+  return index;
+}
+constexpr QwordMatrix q6k_low_bits() {
+  QwordMatrix matrix{};
+  for (int q = 0; q < 8; ++q) matrix.m[q] = (q % 4) / 2 == 0 ? kLowNibble : kHighNibble;
+  return matrix;
+}
+constexpr QwordMatrix q6k_high_bits() {
+  QwordMatrix matrix{};
+  for (int q = 0; q < 8; ++q) matrix.m[q] = top_two_bits(2 * (q % 4));
+  return matrix;
+}
+
+inline __m512i gather_bits(__m512i lo, const DwordIndex& index, __m512i hi, const QwordMatrix& matrix) {
+  const __m512i dwords = _mm512_permutex2var_epi32(lo, _mm512_load_si512(index.i), hi);
+  return _mm512_gf2p8affine_epi64_epi8(dwords, _mm512_load_si512(matrix.m), 0);
+}
+inline __m512i lane_q(const uint8_t* act, int v) { return _mm512_load_si512(act + LaneLayout::kQs + 64 * v); }
+inline __m512 lane_d(const uint8_t* act) { return _mm512_set1_ps(load_f32(act + LaneLayout::kScale)); }
 
 template <bool kFiveBit>
 struct Q45KKernel {
-  static constexpr int64_t kBlockBytes = kFiveBit ? 176 : 144;
-  static constexpr int kRows = 1, kTokens = 8, kDecodeRows = 2;
-  // Vector v holds sub-blocks kPair[v][0] (bytes 0-31) and kPair[v][1] (bytes 32-63): the low and
-  // high nibbles of 64 bytes of qs, as the paired activation layout stores them.
-  static constexpr ByteIndex kScales[4] = {word_pairs(0, 2), word_pairs(1, 3), word_pairs(4, 6), word_pairs(5, 7)};
-  static constexpr ByteIndex kMins = mins_per_bsum();
+  static constexpr int64_t kBlockBytes = kFiveBit ? 176 : 144, kStepBytes = kBlockBytes;
+  static constexpr int kRows = 8, kTokens = 2, kDecodeRows = 4, kPackSteps = 8;
+  static constexpr DwordIndex kGather[4] = {q4k_gather(0), q4k_gather(1), q4k_gather(2), q4k_gather(3)};
+  static constexpr QwordMatrix kNibbles = q4k_nibbles();
+  static constexpr DwordIndex kHighGather[4] = {q5k_high_gather(0), q5k_high_gather(1), q5k_high_gather(2),
+                                                q5k_high_gather(3)};
+  static constexpr QwordMatrix kHighBit = q5k_high_bit();
+  // Byte 4p of the result = byte p / 2 of the source (the sub-block of group p); others zero.
+  static constexpr ByteIndex kSubBlock = [] {
+    ByteIndex index{};
+    for (int p = 0; p < 16; ++p) index.b[4 * p] = uint8_t(p / 2);
+    return index;
+  }();
   using Acc = __m512;
-  using A = KquantActivation;
+  using A = const uint8_t*;
   struct W {
-    __m512i levels[4];
-    __m512i scales[4];  // the sub-block scale of each int16 pair of vector v
-    __m256i mins;       // min of the sub-block of each of the 16 bsums
-    __m512 d, neg_dmin;
+    __m512i q[4];
+    __m512 scale;  // d * scale of group p's sub-block
+    __m512 min;    // -dmin * min of group p's sub-block
   };
   static int64_t steps(int64_t k) { return k / 256; }
   static int64_t direct_steps(int64_t k) { return k / 256; }
   static Acc zero() { return _mm512_setzero_ps(); }
+  static __m512 per_group(uint64_t bytes, float factor) {
+    const __m512i ints = _mm512_maskz_permutexvar_epi8(0x1111111111111111ull, _mm512_load_si512(kSubBlock.b),
+                                                       _mm512_castsi128_si512(_mm_cvtsi64_si128(int64_t(bytes))));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(ints), _mm512_set1_ps(factor));
+  }
   static W load_w(const uint8_t* row, int64_t s) {
     const uint8_t* p = row + s * kBlockBytes;
-    prefetch_ahead(p, 2 * kBlockBytes);
     W w;
-    w.d = _mm512_set1_ps(fp16_to_f32(load_u16(p)));
-    w.neg_dmin = _mm512_set1_ps(-fp16_to_f32(load_u16(p + 2)));
     uint64_t scales, mins;
     unpack_scales_mins(p + 4, &scales, &mins);
-    const __m512i sc = _mm512_castsi128_si512(_mm_cvtsi64_si128(int64_t(scales)));
-    w.mins = _mm512_castsi512_si256(_mm512_maskz_permutexvar_epi8(
-        kEvenBytes, _mm512_load_si512(kMins.b), _mm512_castsi128_si512(_mm_cvtsi64_si128(int64_t(mins)))));
+    w.scale = per_group(scales, fp16_to_f32(load_u16(p)));
+    w.min = per_group(mins, -fp16_to_f32(load_u16(p + 2)));
     const uint8_t* qs = p + (kFiveBit ? 48 : 16);
-    const __m512i low4 = _mm512_set1_epi8(0x0f);
-    __m512i high = _mm512_setzero_si512();
-    if constexpr (kFiveBit) high = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
-    for (int half = 0; half < 2; ++half) {
-      const __m512i bytes = _mm512_loadu_si512(qs + 64 * half);
-      w.levels[2 * half] = _mm512_and_si512(bytes, low4);
-      w.levels[2 * half + 1] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low4);
-    }
-    for (int v = 0; v < 4; ++v) {
-      if constexpr (kFiveBit) {
-        // Bit j of qh[l] is the fifth bit of element 32j + l (sub-block j).
-        constexpr int kSub[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
-        const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(char(1 << kSub[v][0])),
-                                               _mm256_set1_epi8(char(1 << kSub[v][1])), 1);
-        w.levels[v] = _mm512_mask_add_epi8(w.levels[v], _mm512_test_epi8_mask(high, bit), w.levels[v],
-                                           _mm512_set1_epi8(16));
+    const __m512i lo = _mm512_loadu_si512(qs), hi = _mm512_loadu_si512(qs + 64);
+    for (int v = 0; v < 4; ++v) w.q[v] = gather_bits(lo, kGather[v], hi, kNibbles);
+    if constexpr (kFiveBit) {
+      const __m512i qh = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+      for (int v = 0; v < 4; ++v) {
+        w.q[v] = _mm512_or_si512(w.q[v], _mm512_gf2p8affine_epi64_epi8(
+                                             _mm512_permutexvar_epi32(_mm512_load_si512(kHighGather[v].i), qh),
+                                             _mm512_load_si512(kHighBit.m), 0));
       }
-      w.scales[v] = _mm512_maskz_permutexvar_epi8(kEvenBytes, _mm512_load_si512(kScales[v].b), sc);
     }
     return w;
   }
   static W load_w_tail(const uint8_t* row, int64_t s, int64_t) { return load_w(row, s); }
-  static A load_a(const uint8_t* act, int64_t s) { return load_q8_k(act, s); }
-  static void mac(Acc& acc, const W& w, const A& a) {
-    __m512i lanes = _mm512_setzero_si512();
-    for (int v = 0; v < 4; ++v) {
-      lanes = _mm512_dpwssd_epi32(lanes, _mm512_maddubs_epi16(w.levels[v], a.q[v]), w.scales[v]);
-    }
-    const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(w.mins, a.bsums));
-    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lanes), w.d), a.d, acc);
-    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_zextps256_ps512(mins), w.neg_dmin), a.d, acc);
+  static A load_a(const uint8_t* act, int64_t s) { return act + s * LaneLayout::kBlockBytes; }
+  static void mac(Acc& acc, const W& w, A a) {
+    __m512i lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.q[0], lane_q(a, 0));
+    for (int v = 1; v < 4; ++v) lanes = _mm512_dpbusd_epi32(lanes, w.q[v], lane_q(a, v));
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lanes), w.scale), lane_d(a), acc);
+    acc = _mm512_fmadd_ps(w.min, _mm512_load_ps(a + LaneLayout::kExtra), acc);
   }
   static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
 
-// ---- Q6_K -----------------------------------------------------------------------------------
-
 struct Q6KKernel {
-  static constexpr int64_t kBlockBytes = 210;
-  static constexpr int kRows = 1, kTokens = 8, kDecodeRows = 2;
+  static constexpr int64_t kBlockBytes = 210, kStepBytes = 210;
+  static constexpr int kRows = 8, kTokens = 2, kDecodeRows = 4, kPackSteps = 8;
+  static constexpr DwordIndex kLowGather[4] = {q6k_low_gather(0), q6k_low_gather(1), q6k_low_gather(2),
+                                               q6k_low_gather(3)};
+  static constexpr DwordIndex kHighGather[4] = {q6k_high_gather(0), q6k_high_gather(1), q6k_high_gather(2),
+                                                q6k_high_gather(3)};
+  static constexpr QwordMatrix kLowBits = q6k_low_bits(), kHighBits = q6k_high_bits();
   using Acc = __m512;
-  using A = KquantActivation;
+  using A = const uint8_t*;
   struct W {
-    __m512i levels[4];  // q - 32; vector 2h + x: elements 128h + 64x .. + 63
-    __m512i scales[4];  // the sub-block scale of each int16 pair
-    __m512i start;      // -128 * sum of scale * (q - 32) per lane: undoes the activations' + 128
-    __m512 d;
+    __m512i q[4];  // q (0..63), not q - 32
+    __m512 scale;  // d * scale of sub-block p
   };
   static int64_t steps(int64_t k) { return k / 256; }
   static int64_t direct_steps(int64_t k) { return k / 256; }
   static Acc zero() { return _mm512_setzero_ps(); }
   static W load_w(const uint8_t* row, int64_t s) {
     const uint8_t* p = row + s * kBlockBytes;
-    prefetch_ahead(p, 2 * kBlockBytes);
     W w;
-    w.d = _mm512_set1_ps(fp16_to_f32(load_u16(p + 208)));
-    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
-    const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc));
-    const __m512i low4 = _mm512_set1_epi8(0x0f), top2 = _mm512_set1_epi8(0x30);
-    // Within each 32-byte half of qh[32h .. 32h + 31], bits 2q and 2q + 1 of byte l are the top
-    // two bits of element 128h + 32q + l: shift them to bits 4-5 of the matching level byte.
-    const __m512i up = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(2), 1);
-    const __m512i down = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    const __m512i bias = _mm512_set1_epi8(32);
-    __m512i positive = _mm512_setzero_si512();
-    for (int h = 0; h < 2; ++h) {
-      const __m512i ql = _mm512_loadu_si512(p + 64 * h);
-      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h)));
-      const __m512i top_low = _mm512_and_si512(_mm512_sllv_epi16(qh, up), top2);
-      const __m512i top_high = _mm512_and_si512(_mm512_srlv_epi16(qh, down), top2);
-      // (ql & 0x0f) | top: ternary-logic truth table (A & B) | C.
-      const __m512i q0 = _mm512_ternarylogic_epi64(ql, low4, top_low, 0xea);
-      const __m512i q1 = _mm512_ternarylogic_epi64(_mm512_srli_epi16(ql, 4), low4, top_high, 0xea);
-      w.levels[2 * h] = _mm512_sub_epi8(q0, bias);
-      w.levels[2 * h + 1] = _mm512_sub_epi8(q1, bias);
-      w.scales[2 * h] = _mm512_permutexvar_epi16(quarters(short(8 * h)), sc16);
-      w.scales[2 * h + 1] = _mm512_permutexvar_epi16(quarters(short(8 * h + 4)), sc16);
-    }
-    const __m512i offset = _mm512_set1_epi8(char(0x80));
+    const __m512i scales = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)));
+    w.scale = _mm512_mul_ps(_mm512_cvtepi32_ps(scales), _mm512_set1_ps(fp16_to_f32(load_u16(p + 208))));
+    const __m512i ql0 = _mm512_loadu_si512(p), ql1 = _mm512_loadu_si512(p + 64);
+    const __m512i qh = _mm512_loadu_si512(p + 128);
     for (int v = 0; v < 4; ++v) {
-      positive = _mm512_dpwssd_epi32(positive, _mm512_maddubs_epi16(offset, w.levels[v]), w.scales[v]);
+      const __m512i top = _mm512_gf2p8affine_epi64_epi8(
+          _mm512_permutexvar_epi32(_mm512_load_si512(kHighGather[v].i), qh), _mm512_load_si512(kHighBits.m), 0);
+      w.q[v] = _mm512_or_si512(gather_bits(ql0, kLowGather[v], ql1, kLowBits), top);
     }
-    w.start = _mm512_sub_epi32(_mm512_setzero_si512(), positive);
     return w;
   }
   static W load_w_tail(const uint8_t* row, int64_t s, int64_t) { return load_w(row, s); }
-  static A load_a(const uint8_t* act, int64_t s) { return load_q8_k(act, s); }
-  static void mac(Acc& acc, const W& w, const A& a) {
-    __m512i lanes = w.start;
-    for (int v = 0; v < 4; ++v) {
-      lanes = _mm512_dpwssd_epi32(lanes, _mm512_maddubs_epi16(a.q[v], w.levels[v]), w.scales[v]);
-    }
-    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lanes), w.d), a.d, acc);
+  static A load_a(const uint8_t* act, int64_t s) { return act + s * LaneLayout::kBlockBytes; }
+  static void mac(Acc& acc, const W& w, A a) {
+    __m512i lanes = _mm512_load_si512(a + LaneLayout::kExtra);
+    for (int v = 0; v < 4; ++v) lanes = _mm512_dpbusd_epi32(lanes, w.q[v], lane_q(a, v));
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lanes), w.scale), lane_d(a), acc);
   }
   static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
 
-constexpr FormatKernels kQ4K{DType::Q4_K, Q8KLayout::row_bytes, convert_q8_k<false, true>,
+constexpr FormatKernels kQ4K{DType::Q4_K, LaneLayout::row_bytes, convert_q8_k_lanes<false>,
                              matmul_tile<Q45KKernel<false>>};
-constexpr FormatKernels kQ5K{DType::Q5_K, Q8KLayout::row_bytes, convert_q8_k<false, true>,
+constexpr FormatKernels kQ5K{DType::Q5_K, LaneLayout::row_bytes, convert_q8_k_lanes<false>,
                              matmul_tile<Q45KKernel<true>>};
-constexpr FormatKernels kQ6K{DType::Q6_K, Q8KLayout::row_bytes, convert_q8_k<true>, matmul_tile<Q6KKernel>};
+constexpr FormatKernels kQ6K{DType::Q6_K, LaneLayout::row_bytes, convert_q8_k_lanes<true>, matmul_tile<Q6KKernel>};
 
 }  // namespace
 

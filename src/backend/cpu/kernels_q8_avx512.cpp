@@ -231,7 +231,12 @@ struct Int4Decoder {
 template <class D>
 struct QuadKernel {
   using Layout = Q8Layout<4, D::kAsym>;
-  static constexpr int kRows = 4, kTokens = 5, kDecodeRows = 4;
+  // Prefill: 8 rows x 2 tokens, each 8-row tile decoded once per 16-step chunk into an L1 buffer
+  // (kernels_tile.h) and run over a whole block of tokens: 4 x 5 unpacked tiles re-decoded the
+  // weights for every 5 tokens and re-read the activations for every 4 rows (168 -> ~215 GFLOP/s
+  // for Q8_0, one thread, n = 512).
+  static constexpr int kRows = 8, kTokens = 2, kDecodeRows = 4;
+  static constexpr int64_t kPackSteps = 16;
   static constexpr int64_t kStepBytes = 128 / D::kBlockElements * D::kBlockBytes;
   using Acc = __m512;
   using W = WeightStep;

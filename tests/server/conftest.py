@@ -10,7 +10,8 @@ import openai
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL = (ROOT / ".." / "shared" / "models" / "stories260K.gguf").resolve()
+# KESTREL_SHARED_MODELS comes from CTest (the same folder the C++ tests read).
+MODEL = (Path(os.environ.get("KESTREL_SHARED_MODELS", ROOT / ".." / "shared" / "models")) / "stories260K.gguf").resolve()
 KESTREL = Path(os.environ.get("KESTREL_BIN", ROOT / "build" / "debug" / "tools" / "kestrel"))
 MODEL_NAME = "stories260K"
 

@@ -168,3 +168,18 @@ def test_prefix_cache_hits_for_a_shared_prompt(server, client):
         client.completions.create(model=MODEL_NAME, prompt=system + suffix, max_tokens=4, temperature=0)
     after = server.metrics()
     assert after["kestrel_prefix_cache_hits_total"] - before["kestrel_prefix_cache_hits_total"] >= 2 * 64
+
+
+def test_usage_reports_the_prefix_cache_hit(client):
+    # A prompt no other test sends: nothing of it is cached the first time; the second time every
+    # full 16-token block before the last token comes from the prefix cache (the last token is
+    # always computed, to produce logits).
+    prompt = "Grandpa Zed counted " + "seven green frogs and a tiny owl. " * 6
+    first = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=2, temperature=0)
+    second = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=2, temperature=0)
+    n = first.usage.prompt_tokens
+    assert n == second.usage.prompt_tokens and n > 48
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert ((n - 1) // 16) * 16 - 16 <= cached <= n - 1, (cached, n)
+    assert second.choices[0].text == first.choices[0].text

@@ -52,6 +52,9 @@ void serve(ServeOptions& o) {
              o.http.model_name, o.http.host, port, resolve_kv_group_blocks(*model, config.engine).front(),
              config.engine.block_size, engine.max_model_len(),
              chat_template ? "" : ", no chat template");
+  if (const std::string note = prefix_caching_note(config.engine, *model); !note.empty()) {
+    fmt::print(stderr, "kestrel: {}\n", note);
+  }
   std::fflush(stderr);
   std::thread stopper([&] {
     int signal = 0;

@@ -15,6 +15,11 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--scheduler", o.scheduler, "continuous (default) or static (whole batches, for comparison)")
       ->check(CLI::IsMember({"continuous", "static"}));
   cmd.add_flag("--no-prefix-caching", o.no_prefix_caching, "do not reuse KV blocks of shared prefixes");
+  // Sliding-window layers normally free the blocks that leave the window, and the prefix cache
+  // then stays off (a hit would need those blocks). Keeping them trades KV memory for reuse.
+  cmd.add_flag("--keep-window-blocks", o.keep_window_blocks,
+               "keep sliding-window layers' out-of-window KV blocks, so that prefix caching also "
+               "works for models with sliding-window attention (Gemma 3, Mistral); costs KV memory");
 }
 
 EngineConfig make_engine_config(const EngineOptions& o, const Model& model) {
@@ -27,7 +32,19 @@ EngineConfig make_engine_config(const EngineOptions& o, const Model& model) {
   c.max_num_batched_tokens = o.max_num_batched_tokens;
   c.policy = o.scheduler == "static" ? SchedulingPolicy::Static : SchedulingPolicy::Continuous;
   c.enable_prefix_caching = !o.no_prefix_caching;
+  c.free_out_of_window_blocks = !o.keep_window_blocks;
   return c;
+}
+
+std::string prefix_caching_note(const EngineConfig& config, const Model& model) {
+  if (!config.enable_prefix_caching || !config.free_out_of_window_blocks) return "";
+  for (int window : model.kv_layout().group_windows) {
+    if (window > 0) {
+      return "prefix caching is off: this model has sliding-window layers whose out-of-window KV "
+             "blocks are freed (--keep-window-blocks keeps them and turns it on)";
+    }
+  }
+  return "";
 }
 
 }  // namespace kestrel::cli

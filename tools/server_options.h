@@ -16,9 +16,12 @@ struct EngineOptions {
   int64_t max_num_batched_tokens = 2048;
   std::string scheduler = "continuous";
   bool no_prefix_caching = false;
+  bool keep_window_blocks = false;
 };
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o);
 EngineConfig make_engine_config(const EngineOptions& o, const Model& model);
+// A line to tell the user when prefix caching was asked for but cannot apply, else "".
+std::string prefix_caching_note(const EngineConfig& config, const Model& model);
 
 }  // namespace kestrel::cli

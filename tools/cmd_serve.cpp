@@ -52,8 +52,9 @@ void serve(ServeOptions& o) {
              o.http.model_name, o.http.host, port, resolve_kv_group_blocks(*model, config.engine).front(),
              config.engine.block_size, engine.max_model_len(),
              chat_template ? "" : ", no chat template");
-  if (const std::string note = prefix_caching_note(config.engine, *model); !note.empty()) {
-    fmt::print(stderr, "kestrel: {}\n", note);
+  if (config.engine.enable_prefix_caching && !engine.prefix_caching()) {
+    fmt::print(stderr, "kestrel: prefix caching is off: this model's sliding-window layers free "
+                       "their out-of-window KV blocks (--keep-window-blocks keeps them and turns it on)\n");
   }
   std::fflush(stderr);
   std::thread stopper([&] {

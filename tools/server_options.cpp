@@ -36,15 +36,4 @@ EngineConfig make_engine_config(const EngineOptions& o, const Model& model) {
   return c;
 }
 
-std::string prefix_caching_note(const EngineConfig& config, const Model& model) {
-  if (!config.enable_prefix_caching || !config.free_out_of_window_blocks) return "";
-  for (int window : model.kv_layout().group_windows) {
-    if (window > 0) {
-      return "prefix caching is off: this model has sliding-window layers whose out-of-window KV "
-             "blocks are freed (--keep-window-blocks keeps them and turns it on)";
-    }
-  }
-  return "";
-}
-
 }  // namespace kestrel::cli

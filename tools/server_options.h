@@ -21,7 +21,5 @@ struct EngineOptions {
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o);
 EngineConfig make_engine_config(const EngineOptions& o, const Model& model);
-// A line to tell the user when prefix caching was asked for but cannot apply, else "".
-std::string prefix_caching_note(const EngineConfig& config, const Model& model);
 
 }  // namespace kestrel::cli

@@ -26,6 +26,7 @@ AsyncEngine::AsyncEngine(const Model& model, const Tokenizer& tokenizer, const A
     : tokenizer_(tokenizer),
       engine_(model, config.engine, tokenizer.eos_id()),
       max_model_len_(engine_.max_model_len()),
+      prefix_caching_(engine_.kv().prefix_caching()),
       max_queued_(config.max_queued_requests) {
   publish_gauges();
   thread_ = std::thread([this] { loop(); });

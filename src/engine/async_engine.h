@@ -100,6 +100,9 @@ class AsyncEngine {
 
   MetricsSnapshot metrics() const { return metrics_.snapshot(); }
   int64_t max_model_len() const { return max_model_len_; }
+  // Whether shared prefixes reuse KV blocks (off when asked, or when sliding-window layers free
+  // their old blocks: KVCacheManager decides).
+  bool prefix_caching() const { return prefix_caching_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   // Blocks until no request is queued or running (for tests and the batch runner).
   void wait_idle();
@@ -132,6 +135,7 @@ class AsyncEngine {
   const Tokenizer& tokenizer_;
   LLMEngine engine_;
   int64_t max_model_len_;
+  bool prefix_caching_;  // fixed at construction, read without the engine thread
   int64_t max_queued_;
   EngineMetrics metrics_;
 

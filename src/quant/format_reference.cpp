@@ -11,14 +11,33 @@
 #include "quant/format.h"
 #include "quant/reference_kernels.h"
 
-// No fused multiply-add: see reference_kernels.h.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#else
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "quant/no_fp_contract.h"  // last: no fused multiply-add in this file
 
 namespace kestrel::quant {
+namespace {
+
+// Q8_0 and Q8_1 blocks share d and qs (Q8_1 adds s, unused here): one dequantize, one dot.
+template <class Block>
+void dequantize_q8_blocks(const Block* blocks, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / kQ8_0BlockSize; ++b) {
+    const float d = fp16_to_float(blocks[b].d);
+    for (int i = 0; i < kQ8_0BlockSize; ++i) dst[b * kQ8_0BlockSize + i] = d * float(blocks[b].qs[i]);
+  }
+}
+
+template <class Block>
+float dot_q8_blocks(const Block* x, const Block* y, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < n / kQ8_0BlockSize; ++b) {
+    int32_t isum = 0;
+    for (int i = 0; i < kQ8_0BlockSize; ++i) isum += int32_t(x[b].qs[i]) * int32_t(y[b].qs[i]);
+    sum += float(isum) * fp16_to_float(x[b].d) * fp16_to_float(y[b].d);
+  }
+  return sum;
+}
+
+}  // namespace
+
 namespace ref {
 
 // Q8_1: as Q8_0 (d = amax / 127, q = round(x / d)), plus s = d * sum(q) in F16.
@@ -41,23 +60,11 @@ void quantize_row_q8_1(const float* src, void* dst, int64_t n) {
 }
 
 void dequantize_row_q8_1(const void* src, float* dst, int64_t n) {
-  const BlockQ8_1* blocks = static_cast<const BlockQ8_1*>(src);
-  for (int64_t b = 0; b < n / kQ8_0BlockSize; ++b) {
-    const float d = fp16_to_float(blocks[b].d);
-    for (int i = 0; i < kQ8_0BlockSize; ++i) dst[b * kQ8_0BlockSize + i] = d * float(blocks[b].qs[i]);
-  }
+  dequantize_q8_blocks(static_cast<const BlockQ8_1*>(src), dst, n);
 }
 
 float vec_dot_q8_1_q8_1(const void* w, const void* a, int64_t n) {
-  const BlockQ8_1* x = static_cast<const BlockQ8_1*>(w);
-  const BlockQ8_1* y = static_cast<const BlockQ8_1*>(a);
-  float sum = 0.0f;
-  for (int64_t b = 0; b < n / kQ8_0BlockSize; ++b) {
-    int32_t dot = 0;
-    for (int i = 0; i < kQ8_0BlockSize; ++i) dot += int32_t(x[b].qs[i]) * int32_t(y[b].qs[i]);
-    sum += float(dot) * fp16_to_float(x[b].d) * fp16_to_float(y[b].d);
-  }
-  return sum;
+  return dot_q8_blocks(static_cast<const BlockQ8_1*>(w), static_cast<const BlockQ8_1*>(a), n);
 }
 
 }  // namespace ref
@@ -125,22 +132,10 @@ void quantize_row_q8_0(const float* src, void* dst, int64_t n) {
   }
 }
 void dequantize_row_q8_0(const void* src, float* dst, int64_t n) {
-  const BlockQ8_0* blocks = static_cast<const BlockQ8_0*>(src);
-  for (int64_t b = 0; b < n / kQ8_0BlockSize; ++b) {
-    const float d = fp16_to_float(blocks[b].d);
-    for (int i = 0; i < kQ8_0BlockSize; ++i) dst[b * kQ8_0BlockSize + i] = d * float(blocks[b].qs[i]);
-  }
+  dequantize_q8_blocks(static_cast<const BlockQ8_0*>(src), dst, n);
 }
 float vec_dot_q8_0_q8_0(const void* w, const void* a, int64_t n) {
-  const BlockQ8_0* x = static_cast<const BlockQ8_0*>(w);
-  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(a);
-  float sum = 0.0f;
-  for (int64_t b = 0; b < n / kQ8_0BlockSize; ++b) {
-    int32_t isum = 0;
-    for (int i = 0; i < kQ8_0BlockSize; ++i) isum += int32_t(x[b].qs[i]) * int32_t(y[b].qs[i]);
-    sum += float(isum) * fp16_to_float(x[b].d) * fp16_to_float(y[b].d);
-  }
-  return sum;
+  return dot_q8_blocks(static_cast<const BlockQ8_0*>(w), static_cast<const BlockQ8_0*>(a), n);
 }
 
 // Q4_0: the signed value of largest magnitude maps to -8, so the full range [-8, 7] is used.

@@ -14,12 +14,7 @@
 #include "quant/blocks.h"
 #include "quant/reference_kernels.h"
 
-// No fused multiply-add: see reference_kernels.h.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#else
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "quant/no_fp_contract.h"  // last: no fused multiply-add in this file
 
 namespace kestrel::quant::ref {
 namespace {

@@ -9,25 +9,27 @@
 #include "quant/blocks.h"
 #include "quant/reference_kernels.h"
 
-// No fused multiply-add: see reference_kernels.h.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#else
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "quant/no_fp_contract.h"  // last: no fused multiply-add in this file
 
 namespace kestrel::quant::ref {
 namespace {
 
 constexpr int kBlock = 32;
 
-void min_max(const float* x, float* lo, float* hi) {
-  *lo = x[0];
-  *hi = x[0];
+// Q4_1/Q5_1's affine levels for one block: x ~ m + d q with q in [0, max_level], m = min(x).
+// Writes d and m (F16) and q, rounded as GGML does (truncating x / d + 0.5).
+template <class Block>
+void quantize_affine_block(const float* x, int max_level, Block& block, int* q) {
+  float lo = x[0], hi = x[0];
   for (int i = 1; i < kBlock; ++i) {
-    *lo = std::min(*lo, x[i]);
-    *hi = std::max(*hi, x[i]);
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
   }
+  const float d = (hi - lo) / float(max_level);
+  const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+  block.d = float_to_fp16(d);
+  block.m = float_to_fp16(lo);
+  for (int i = 0; i < kBlock; ++i) q[i] = std::min(max_level, int((x[i] - lo) * inverse + 0.5f));
 }
 
 uint32_t load_qh(const uint8_t* qh) {
@@ -59,18 +61,9 @@ void pack_q5(const int* q, uint8_t* qs, uint8_t* qh_bytes) {
 void quantize_row_q4_1(const float* src, void* dst, int64_t n) {
   auto* blocks = static_cast<BlockQ4_1*>(dst);
   for (int64_t b = 0; b < n / kBlock; ++b) {
-    const float* x = src + b * kBlock;
-    float lo, hi;
-    min_max(x, &lo, &hi);
-    const float d = (hi - lo) / 15.0f;
-    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
-    blocks[b].d = float_to_fp16(d);
-    blocks[b].m = float_to_fp16(lo);
-    for (int j = 0; j < 16; ++j) {
-      const int q0 = std::min(15, int((x[j] - lo) * inverse + 0.5f));
-      const int q1 = std::min(15, int((x[j + 16] - lo) * inverse + 0.5f));
-      blocks[b].qs[j] = uint8_t(q0 | q1 << 4);
-    }
+    int q[kBlock];
+    quantize_affine_block(src + b * kBlock, 15, blocks[b], q);
+    for (int j = 0; j < 16; ++j) blocks[b].qs[j] = uint8_t(q[j] | q[j + 16] << 4);
   }
 }
 
@@ -148,15 +141,8 @@ float vec_dot_q5_0_q8_0(const void* w, const void* a, int64_t n) {
 void quantize_row_q5_1(const float* src, void* dst, int64_t n) {
   auto* blocks = static_cast<BlockQ5_1*>(dst);
   for (int64_t b = 0; b < n / kBlock; ++b) {
-    const float* x = src + b * kBlock;
-    float lo, hi;
-    min_max(x, &lo, &hi);
-    const float d = (hi - lo) / 31.0f;
-    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
-    blocks[b].d = float_to_fp16(d);
-    blocks[b].m = float_to_fp16(lo);
     int q[kBlock];
-    for (int i = 0; i < kBlock; ++i) q[i] = std::min(31, int((x[i] - lo) * inverse + 0.5f));
+    quantize_affine_block(src + b * kBlock, 31, blocks[b], q);
     pack_q5(q, blocks[b].qs, blocks[b].qh);
   }
 }

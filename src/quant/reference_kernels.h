@@ -1,8 +1,9 @@
 // Scalar reference kernels of every format in the WeightFormat table (quant/format.h), grouped by
 // family and file. Internal to src/quant: other modules reach them through find_format().
 //
-// Every file that defines these kernels turns floating-point contraction off (`#pragma GCC
-// optimize("fp-contract=off")`, or `#pragma clang fp contract(off)` under clang): Release builds
+// Every file that defines these kernels turns floating-point contraction off by including
+// quant/no_fp_contract.h last (`#pragma GCC optimize("fp-contract=off")`, or
+// `#pragma clang fp contract(off)` under clang): Release builds
 // target FMA hardware and the compiler would otherwise fuse a * b + c into one rounding,
 // so Debug and Release would quantize to different bytes and dequantize to different floats. With
 // each product rounded on its own the references are defined op by op, agree across build types,

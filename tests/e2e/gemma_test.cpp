@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "engine/perplexity.h"
 #include "model/model.h"
+#include "test_generate.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 
@@ -81,46 +82,35 @@ TEST_F(Gemma270M, TokenizerMatchesLlamaCpp) {
 constexpr double kNearTie = 0.5;
 
 TEST_F(Gemma270M, GreedyEqualsLlamaCppUpToTheFirstNearTie) {
-  EngineConfig config;
-  config.num_threads = 2;
-  config.max_model_len = 512;
-  LLMEngine engine(*model_, config, tokenizer_->eos_id());
   const std::string setting = (*reference_)["reference_setting"];
   std::vector<const json*> cases;
-  std::vector<RequestId> ids;
-  std::vector<size_t> decisive;  // leading steps before the first near-tie
+  std::vector<std::vector<TokenId>> prompts;
+  std::vector<int> decisive;  // leading steps before the first near-tie
   for (const json& c : (*reference_)["cases"]) {
     const auto gaps = c["top2_gap"].get<std::vector<double>>();
-    size_t n = 0;
-    while (n < gaps.size() && gaps[n] >= kNearTie) ++n;
+    int n = 0;
+    while (n < int(gaps.size()) && gaps[size_t(n)] >= kNearTie) ++n;
     if (n == 0) continue;
-    RequestSpec spec;
-    spec.prompt = c["prompt_ids"].get<std::vector<TokenId>>();
-    spec.max_tokens = int(n);
-    spec.sampling.temperature = 0.0f;
-    spec.ignore_eos = true;
-    ids.push_back(engine.add_request(spec));
     cases.push_back(&c);
+    prompts.push_back(c["prompt_ids"].get<std::vector<TokenId>>());
     decisive.push_back(n);
   }
   size_t total = 0;
-  for (size_t n : decisive) total += n;
+  for (int n : decisive) total += size_t(n);
   ASSERT_GE(total, 60u) << "the fixture should hold enough decisive steps to mean something";
-  std::vector<std::vector<TokenId>> outputs(cases.size());
-  while (engine.has_unfinished()) {
-    for (const RequestOutput& out : engine.step()) {
-      const size_t index = size_t(std::find(ids.begin(), ids.end(), out.id) - ids.begin());
-      for (const SampleResult& s : out.new_tokens) outputs[index].push_back(s.token);
-    }
-  }
+  EngineConfig config;
+  config.num_threads = 2;
+  config.max_model_len = 512;
+  const auto run = test::generate_greedy(*model_, tokenizer_->eos_id(), config, prompts, decisive);
+  const auto& outputs = run.outputs;
   for (size_t i = 0; i < cases.size(); ++i) {
     auto expected = (*cases[i])["greedy"][setting].get<std::vector<TokenId>>();
-    expected.resize(decisive[i]);
+    expected.resize(size_t(decisive[i]));
     EXPECT_EQ(outputs[i], expected) << (*cases[i])["prompt"] << "\n ours:      "
                                     << tokenizer_->decode(outputs[i], false) << "\n llama.cpp: "
                                     << tokenizer_->decode(expected, false);
   }
-  EXPECT_EQ(engine.kv().num_free_blocks(), engine.kv().num_blocks()) << "blocks leaked";
+  EXPECT_TRUE(run.all_blocks_free) << "blocks leaked";
 }
 
 // Perplexity over the first chunks of wikitext-2-test, computed as llama-perplexity does, within

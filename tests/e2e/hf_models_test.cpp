@@ -35,6 +35,7 @@
 #include "loader/hf_folder.h"
 #include "model/model.h"
 #include "runner/model_runner.h"
+#include "test_generate.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 
@@ -202,24 +203,7 @@ std::vector<std::vector<TokenId>> generate(const Model& model, const std::vector
   EngineConfig config;
   config.num_threads = 2;
   config.max_model_len = 256;
-  LLMEngine engine(model, config, -1);
-  std::vector<RequestId> ids;
-  for (const auto& prompt : prompts) {
-    RequestSpec spec;
-    spec.prompt = prompt;
-    spec.max_tokens = max_tokens;
-    spec.sampling.temperature = 0.0f;
-    spec.ignore_eos = true;
-    ids.push_back(engine.add_request(spec));
-  }
-  std::vector<std::vector<TokenId>> outputs(prompts.size());
-  while (engine.has_unfinished()) {
-    for (const RequestOutput& out : engine.step()) {
-      const size_t index = size_t(std::find(ids.begin(), ids.end(), out.id) - ids.begin());
-      for (const SampleResult& s : out.new_tokens) outputs[index].push_back(s.token);
-    }
-  }
-  return outputs;
+  return test::generate_greedy(model, -1, config, prompts, std::vector<int>(prompts.size(), max_tokens)).outputs;
 }
 
 TEST_P(HfModel, GreedyTokensMatchTransformers) {

@@ -14,6 +14,7 @@
 #include "engine/engine.h"
 #include "engine/perplexity.h"
 #include "loader/gguf_reader.h"
+#include "test_generate.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 
@@ -46,25 +47,10 @@ std::vector<std::vector<TokenId>> generate_greedy(const Model& model, const Toke
                                                   int max_tokens, EngineConfig config = {}) {
   config.num_threads = 2;
   config.max_model_len = 512;
-  LLMEngine engine(model, config, tokenizer.eos_id());
-  std::vector<RequestId> ids;
-  for (const auto& prompt : prompts) {
-    RequestSpec spec;
-    spec.prompt = prompt;
-    spec.max_tokens = max_tokens;
-    spec.sampling.temperature = 0.0f;
-    spec.ignore_eos = true;
-    ids.push_back(engine.add_request(spec));
-  }
-  std::vector<std::vector<TokenId>> outputs(prompts.size());
-  while (engine.has_unfinished()) {
-    for (const RequestOutput& out : engine.step()) {
-      const size_t index = size_t(std::find(ids.begin(), ids.end(), out.id) - ids.begin());
-      for (const SampleResult& s : out.new_tokens) outputs[index].push_back(s.token);
-    }
-  }
-  EXPECT_EQ(engine.kv().num_free_blocks(), engine.kv().num_blocks()) << "blocks leaked";
-  return outputs;
+  auto run = test::generate_greedy(model, tokenizer.eos_id(), config, prompts,
+                                   std::vector<int>(prompts.size(), max_tokens));
+  EXPECT_TRUE(run.all_blocks_free) << "blocks leaked";
+  return std::move(run.outputs);
 }
 
 std::string greedy_text(const std::string& model_path, int max_tokens) {

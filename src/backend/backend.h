@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "core/dtype.h"
 
@@ -51,17 +52,33 @@ struct PagedAttentionArgs {
   int window = 0;                         // sliding window in tokens; 0 = full causal attention
 };
 
+// The activation of a gated MLP: act(x W_gate) * (x W_up).
+enum class GatedActivation { Silu, GeluTanh };
+
 class Backend {
  public:
   virtual ~Backend() = default;
 
   // y[n][w.rows] = x[n][w.cols] . W^T
   virtual void matmul(const WeightView& w, const float* x, int64_t n, float* y) = 0;
+  // Several linear layers reading the same input (attention's Q, K and V): ys[i][n][ws[i].rows] =
+  // x[n][cols] . ws[i]^T, each equal to matmul(ws[i], x, n, ys[i]). One call lets the backend
+  // convert x once for every matrix that reads it in the same layout and run them all in one
+  // parallel region.
+  virtual void matmul_many(std::span<const WeightView> ws, const float* x, int64_t n,
+                           std::span<float* const> ys) = 0;
+  // A gated MLP's input half: out[n][gate.rows] = act(x . gate^T) * (x . up^T), as matmul, matmul
+  // and silu_mul/gelu_mul would give, with the activation applied while the rows are in cache.
+  virtual void gated_ffn(const WeightView& gate, const WeightView& up, GatedActivation act,
+                         const float* x, int64_t n, float* out) = 0;
   // out[i][:] = table row ids[i], dequantized to F32. table is [vocab][width].
   virtual void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out) = 0;
   // out[i] = x[i] / rms(x[i]) * weight, rows of `width`.
   virtual void rms_norm(const float* x, const float* weight, int64_t n, int64_t width, float eps,
                         float* out) = 0;
+  // The residual add and the next RMSNorm in one pass: x += y; out = rms_norm(x) * weight.
+  virtual void add_rms_norm(float* x, const float* y, const float* weight, int64_t n, int64_t width,
+                            float eps, float* out) = 0;
   // Rotates each head of x[n][n_heads * head_dim] in place by its token's position.
   virtual void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim,
                     const RopeParams& params) = 0;

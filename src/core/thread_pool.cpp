@@ -15,55 +15,80 @@ ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-    ++generation_;
-    published_generation_.store(generation_, std::memory_order_release);
+    stopping_.store(true);
+    generation_.fetch_add(1);
   }
   wake_.notify_all();
   for (auto& worker : workers_) worker.join();
 }
+
+namespace {
+
+// Consecutive ops of a forward pass arrive microseconds apart: spinning a while (about a
+// millisecond) before sleeping saves a futex wake-up per op. Every 16th iteration yields the core,
+// so a spinning thread does not starve the thread it waits for when threads outnumber cores (the
+// server's HTTP threads, other processes). Measured on 2 cores, empty regions back to back: 2
+// threads 1-2 us per region (condition variables only: 4-6 us); 3 threads 6-8 us (26 us; pure
+// spinning without yields: 740 us).
+constexpr int kSpinIterations = 20000;
+
+inline void cpu_relax(int spin) {
+  if (spin % 16 == 15) {
+    std::this_thread::yield();
+    return;
+  }
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
 
 void ThreadPool::run(const std::function<void(int, int)>& task) {
   if (num_threads_ == 1) {
     task(0, 1);
     return;
   }
-  {
+  task_ = &task;  // published by the generation_ increment below; workers read it after seeing it
+  pending_.store(num_threads_ - 1);
+  generation_.fetch_add(1);
+  if (sleepers_.load() > 0) {
+    // Taking the mutex orders this notify after a sleeper's predicate check.
     std::lock_guard<std::mutex> lock(mutex_);
-    task_ = &task;
-    pending_ = num_threads_ - 1;
-    ++generation_;
-    published_generation_.store(generation_, std::memory_order_release);
+    wake_.notify_all();
   }
-  wake_.notify_all();
   task(0, num_threads_);
+  for (int spin = 0; spin < kSpinIterations; ++spin) {
+    if (pending_.load(std::memory_order_acquire) == 0) return;
+    cpu_relax(spin);
+  }
   std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [this] { return pending_ == 0; });
-  task_ = nullptr;
+  caller_sleeping_.store(true);
+  done_.wait(lock, [this] { return pending_.load() == 0; });
+  caller_sleeping_.store(false);
 }
 
 void ThreadPool::worker_loop(int thread_index) {
   uint64_t seen = 0;
   for (;;) {
-    // Spin briefly before sleeping: consecutive ops in a forward pass arrive microseconds apart.
-    for (int spin = 0; spin < 20000; ++spin) {
-      if (published_generation_.load(std::memory_order_acquire) != seen) break;
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
+    uint64_t current = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; spin < kSpinIterations && current == seen; ++spin) {
+      cpu_relax(spin);
+      current = generation_.load(std::memory_order_acquire);
     }
-    const std::function<void(int, int)>* task = nullptr;
-    {
+    if (current == seen) {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return generation_ != seen; });
-      seen = generation_;
-      if (stopping_) return;
-      task = task_;
+      sleepers_.fetch_add(1);
+      wake_.wait(lock, [&] { return generation_.load() != seen; });
+      sleepers_.fetch_sub(1);
+      current = generation_.load();
     }
-    (*task)(thread_index, num_threads_);
-    {
+    seen = current;
+    if (stopping_.load()) return;
+    (*task_)(thread_index, num_threads_);
+    if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
+      done_.notify_one();
     }
   }
 }

@@ -35,14 +35,20 @@ class ThreadPool {
 
   int num_threads_;
   std::vector<std::thread> workers_;
+  // Hand-off without a lock on the fast path: run() publishes task_ and bumps generation_;
+  // workers spin on generation_ for a while before sleeping on wake_, and the caller spins on
+  // pending_ before sleeping on done_. sleepers_ / caller_sleeping_ tell the other side when a
+  // notify is needed (each side stores its flag, then re-checks the other's counter, both
+  // sequentially consistent, so one of the two always sees the other).
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;
   const std::function<void(int, int)>* task_ = nullptr;
-  uint64_t generation_ = 0;
-  std::atomic<uint64_t> published_generation_{0};
-  int pending_ = 0;
-  bool stopping_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> caller_sleeping_{false};
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace kestrel

@@ -29,7 +29,6 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
   s.attn.resize(size_t(T * c.q_width()));
   s.proj.resize(size_t(T * c.n_embd));
   s.gate.resize(size_t(T * c.n_ff));
-  s.up.resize(size_t(T * c.n_ff));
 
   backend.get_rows(weights_.token_embd, batch.token_ids.data(), T, s.hidden.data());
   if (c.embedding_scale != 1.0f) backend.scale(s.hidden.data(), c.embedding_scale, T * c.n_embd);
@@ -50,14 +49,15 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
   attn.head_dim = int(c.head_dim);
   attn.scale = c.attention_scale > 0.0f ? c.attention_scale : 1.0f / std::sqrt(float(c.head_dim));
 
+  // The first layer's input norm; every later one is fused with the residual add before it.
+  backend.rms_norm(s.hidden.data(), weights_.layers[0].attn_norm, T, c.n_embd, c.rms_eps, s.normed.data());
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& l = weights_.layers[size_t(il)];
     const bool sliding = c.is_sliding(il);
-    // Attention block.
-    backend.rms_norm(s.hidden.data(), l.attn_norm, T, c.n_embd, c.rms_eps, s.normed.data());
-    backend.matmul(l.wq, s.normed.data(), T, s.q.data());
-    backend.matmul(l.wk, s.normed.data(), T, s.k.data());
-    backend.matmul(l.wv, s.normed.data(), T, s.v.data());
+    // Attention block; s.normed holds RMSNorm(x) with this layer's attn_norm.
+    const WeightView qkv[3] = {l.wq, l.wk, l.wv};
+    float* const qkv_out[3] = {s.q.data(), s.k.data(), s.v.data()};
+    backend.matmul_many(qkv, s.normed.data(), T, qkv_out);
     if (c.qkv_bias) {
       backend.add_row(s.q.data(), l.bq, T, c.q_width());
       backend.add_row(s.k.data(), l.bk, T, c.kv_width());
@@ -85,21 +85,23 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
     if (c.post_norms) {
       backend.rms_norm(s.proj.data(), l.post_attn_norm, T, c.n_embd, c.rms_eps, s.proj.data());
     }
-    backend.add(s.hidden.data(), s.proj.data(), T * c.n_embd);
-    // Gated MLP block: down(act(gate(x)) * up(x)).
-    backend.rms_norm(s.hidden.data(), l.ffn_norm, T, c.n_embd, c.rms_eps, s.normed.data());
-    backend.matmul(l.w_gate, s.normed.data(), T, s.gate.data());
-    backend.matmul(l.w_up, s.normed.data(), T, s.up.data());
-    if (c.activation == Activation::GeluTanh) {
-      backend.gelu_mul(s.gate.data(), s.up.data(), T * c.n_ff, s.gate.data());
-    } else {
-      backend.silu_mul(s.gate.data(), s.up.data(), T * c.n_ff, s.gate.data());
-    }
+    // x += o; h = RMSNorm(x) for the MLP.
+    backend.add_rms_norm(s.hidden.data(), s.proj.data(), l.ffn_norm, T, c.n_embd, c.rms_eps, s.normed.data());
+    // Gated MLP block: down(act(gate(h)) * up(h)).
+    backend.gated_ffn(l.w_gate, l.w_up,
+                      c.activation == Activation::GeluTanh ? GatedActivation::GeluTanh : GatedActivation::Silu,
+                      s.normed.data(), T, s.gate.data());
     backend.matmul(l.w_down, s.gate.data(), T, s.proj.data());
     if (c.post_norms) {
       backend.rms_norm(s.proj.data(), l.post_ffn_norm, T, c.n_embd, c.rms_eps, s.proj.data());
     }
-    backend.add(s.hidden.data(), s.proj.data(), T * c.n_embd);
+    if (il + 1 < c.n_layer) {
+      // x += m; h = RMSNorm(x) for the next layer's attention.
+      backend.add_rms_norm(s.hidden.data(), s.proj.data(), weights_.layers[size_t(il + 1)].attn_norm, T,
+                           c.n_embd, c.rms_eps, s.normed.data());
+    } else {
+      backend.add(s.hidden.data(), s.proj.data(), T * c.n_embd);
+    }
   }
 
   // Only the requested rows go through the final norm and the (large) output head.

@@ -45,7 +45,7 @@ struct KvLayout {
 
 // Activation buffers reused across forward calls (grown as needed, never shrunk).
 struct ForwardScratch {
-  std::vector<float> hidden, normed, q, k, v, attn, proj, gate, up, logits_in;
+  std::vector<float> hidden, normed, q, k, v, attn, proj, gate, logits_in;
 };
 
 }  // namespace kestrel

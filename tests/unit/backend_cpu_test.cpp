@@ -1,6 +1,7 @@
 // The CPU backend (backend/backend.h) against naive double-precision references written here:
 // matmul for every weight format (including batch and thread-count invariance, bit for bit),
-// get_rows, rms_norm, rope, silu_mul, add, kv_write and paged attention over scattered blocks.
+// get_rows, rms_norm, rope, silu_mul, gelu_mul, add, kv_write and paged attention over scattered
+// blocks; the fused ops (matmul_many, gated_ffn, add_rms_norm) bit for bit equal to their parts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -204,6 +205,121 @@ TEST(CpuBackend, SiluMulAndAdd) {
   for (size_t i = 0; i < 777; ++i) expected[i] = x[i] + y[i];  // one float add: exact comparison
   backend->add(x.data(), y.data(), 777);
   EXPECT_TRUE(same_bits(x, expected));
+}
+
+TEST(CpuBackend, GeluMulMatchesTanhFormula) {
+  auto backend = make_cpu_backend(1);
+  std::mt19937 rng(6);
+  std::vector<float> gate = random_floats(rng, 1001, -12.0f, 12.0f);
+  const std::vector<float> up = random_floats(rng, 1001, -3.0f, 3.0f);
+  gate[0] = 0.0f, gate[1] = -100.0f, gate[2] = 100.0f, gate[3] = 1e-6f, gate[4] = -1e-6f;
+  std::vector<float> out(gate.size());
+  backend->gelu_mul(gate.data(), up.data(), int64_t(gate.size()), out.data());
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = gate[i];
+    const double z = 2.0 * 0.7978845608028654 * (g + 0.044715 * g * g * g);
+    // 0.5 g (1 + tanh(z / 2)) written as g * sigmoid(z): 1 + tanh cancels for z << 0, even in double.
+    const double ref = g / (1.0 + std::exp(-z)) * up[i];
+    // Computed as g * sigmoid(z): z rounded 4 times (relative 4u; its terms share a sign), which
+    // exp's condition number |z| amplifies, exp itself (<= 4 ulp), add, divide, two multiplies.
+    EXPECT_NEAR(out[i], ref, (16.0 + 4.0 * std::fabs(z)) * kU * std::fabs(ref) + 1e-35) << "gate " << g;
+  }
+  // In place, and a tail shorter than a vector gives the same values as inside a vector.
+  std::vector<float> in_place(gate.begin(), gate.begin() + 11);
+  backend->gelu_mul(in_place.data(), up.data(), 11, in_place.data());
+  EXPECT_TRUE(same_bits(in_place, std::vector<float>(out.begin(), out.begin() + 11)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fused ops: each equals the unfused ops it replaces, bit for bit, for 1 and 2 threads.
+
+TEST(CpuBackendFused, MatmulManyEqualsSeparateMatmuls) {
+  std::mt19937 rng(21);
+  // Q4_K and Q5_K share one activation layout, Q6_K and Q8_0 each have their own; 45 and 7 rows
+  // split unevenly between threads.
+  const Weight q = make_weight(DType::Q4_K, 64, 512, rng);
+  const Weight k = make_weight(DType::Q6_K, 45, 512, rng);
+  const Weight v = make_weight(DType::Q5_K, 7, 512, rng);
+  const Weight o = make_weight(DType::Q8_0, 33, 512, rng);
+  const WeightView views[4] = {q.view(), k.view(), v.view(), o.view()};
+  for (int threads : {1, 2}) {
+    auto backend = make_cpu_backend(threads);
+    for (int64_t n : {1, 3, 17}) {
+      const std::vector<float> x = random_floats(rng, size_t(n * 512));
+      std::vector<std::vector<float>> fused(4), alone(4);
+      float* outs[4];
+      for (size_t i = 0; i < 4; ++i) {
+        fused[i].assign(size_t(n * views[i].rows), std::numeric_limits<float>::quiet_NaN());
+        alone[i].resize(fused[i].size());
+        outs[i] = fused[i].data();
+        backend->matmul(views[i], x.data(), n, alone[i].data());
+      }
+      backend->matmul_many(views, x.data(), n, outs);
+      for (size_t i = 0; i < 4; ++i) {
+        EXPECT_TRUE(same_bits(fused[i], alone[i])) << "matrix " << i << ", n " << n << ", threads " << threads;
+      }
+    }
+  }
+  auto backend = make_cpu_backend(2);
+  const Weight narrow = make_weight(DType::Q8_0, 8, 256, rng);
+  const WeightView mixed[2] = {q.view(), narrow.view()};
+  std::vector<float> x(512), y0(64), y1(8);
+  float* outs[2] = {y0.data(), y1.data()};
+  EXPECT_THROW(backend->matmul_many(mixed, x.data(), 1, outs), Error);  // different input widths
+  float* one_out[1] = {y0.data()};
+  EXPECT_THROW(backend->matmul_many(mixed, x.data(), 1, one_out), Error);  // outputs != matrices
+}
+
+TEST(CpuBackendFused, GatedFfnEqualsMatmulsThenActivation) {
+  std::mt19937 rng(22);
+  for (DType type : {DType::Q4_K, DType::Q8_0, DType::F16}) {
+    const Weight gate = make_weight(type, 83, 256, rng);
+    const Weight up = make_weight(type == DType::Q4_K ? DType::Q6_K : type, 83, 256, rng);
+    for (GatedActivation act : {GatedActivation::Silu, GatedActivation::GeluTanh}) {
+      for (int threads : {1, 2}) {
+        auto backend = make_cpu_backend(threads);
+        for (int64_t n : {1, 4, 19}) {
+          const std::vector<float> x = random_floats(rng, size_t(n * 256), -2.0f, 2.0f);
+          std::vector<float> g(size_t(n * 83)), u(g.size()), expected(g.size()), fused(g.size());
+          backend->matmul(gate.view(), x.data(), n, g.data());
+          backend->matmul(up.view(), x.data(), n, u.data());
+          if (act == GatedActivation::Silu) {
+            backend->silu_mul(g.data(), u.data(), int64_t(g.size()), expected.data());
+          } else {
+            backend->gelu_mul(g.data(), u.data(), int64_t(g.size()), expected.data());
+          }
+          backend->gated_ffn(gate.view(), up.view(), act, x.data(), n, fused.data());
+          EXPECT_TRUE(same_bits(fused, expected))
+              << dtype_name(type) << (act == GatedActivation::Silu ? " silu" : " gelu") << ", n " << n
+              << ", threads " << threads;
+        }
+      }
+    }
+  }
+  auto backend = make_cpu_backend(1);
+  const Weight gate = make_weight(DType::Q8_0, 8, 64, rng);
+  const Weight up = make_weight(DType::Q8_0, 9, 64, rng);
+  std::vector<float> x(64), out(9);
+  EXPECT_THROW(backend->gated_ffn(gate.view(), up.view(), GatedActivation::Silu, x.data(), 1, out.data()), Error);
+}
+
+TEST(CpuBackendFused, AddRmsNormEqualsAddThenRmsNorm) {
+  std::mt19937 rng(23);
+  for (int64_t width : {7, 640, 2048}) {
+    for (int64_t n : {1, 40}) {  // 40 x 2048 is past the size where rows split across threads
+      const std::vector<float> x0 = random_floats(rng, size_t(n * width), -4.0f, 4.0f);
+      const std::vector<float> y = random_floats(rng, size_t(n * width), -4.0f, 4.0f);
+      const std::vector<float> weight = random_floats(rng, size_t(width), 0.5f, 2.0f);
+      auto backend = make_cpu_backend(2);
+      std::vector<float> x_parts = x0, out_parts(x0.size());
+      backend->add(x_parts.data(), y.data(), n * width);
+      backend->rms_norm(x_parts.data(), weight.data(), n, width, 1e-6f, out_parts.data());
+      std::vector<float> x_fused = x0, out_fused(x0.size());
+      backend->add_rms_norm(x_fused.data(), y.data(), weight.data(), n, width, 1e-6f, out_fused.data());
+      EXPECT_TRUE(same_bits(x_fused, x_parts)) << "width " << width << ", n " << n;
+      EXPECT_TRUE(same_bits(out_fused, out_parts)) << "width " << width << ", n " << n;
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

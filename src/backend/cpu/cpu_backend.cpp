@@ -2,6 +2,7 @@
 
 #include "backend/cpu/attention_cpu.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/vec_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,49 +20,6 @@ std::unique_ptr<Backend> make_cpu_backend(int num_threads) {
 CpuBackend::CpuBackend(int num_threads)
     : pool_(num_threads), kernels_(&cpu::active_kernels()) {}
 
-void CpuBackend::matmul(const WeightView& w, const float* x, int64_t n, float* y) {
-  const quant::WeightFormat& format = quant::require_format(w.type);
-  const quant::WeightFormat& act_format = quant::require_format(format.activation_type);
-  if (w.cols % format.block_size != 0 || w.cols % act_format.block_size != 0) {
-    fail("matmul: row length {} is not a multiple of the {} block size", w.cols, dtype_name(w.type));
-  }
-  const cpu::FormatKernels* kernels = cpu::find_kernels(*kernels_, w.type);
-  if (kernels == nullptr) fail("matmul: no CPU kernel for {} weights", dtype_name(w.type));
-  if (n <= 0 || w.rows <= 0) return;
-  const int64_t weight_row_bytes = quant::row_bytes(format, w.cols);
-  const int64_t act_row_bytes = kernels->activation_row_bytes(w.cols);
-
-  // Convert every activation row once per call (not once per weight row), into 64-byte aligned
-  // rows in the layout the kernel reads.
-  activation_scratch_.resize(size_t(n * act_row_bytes) + 64);
-  uint8_t* activations = activation_scratch_.data();
-  activations += (64 - reinterpret_cast<uintptr_t>(activations) % 64) % 64;
-  auto convert = [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      kernels->convert_activations(x + t * w.cols, activations + t * act_row_bytes, w.cols);
-    }
-  };
-  if (n * w.cols >= 16384) {
-    pool_.parallel_for(n, convert);
-  } else {
-    convert(0, n);
-  }
-
-  // Each thread takes a contiguous range of weight rows and runs the tile kernel over it with
-  // every token; the kernel reads each weight row from memory once per block of tokens whose
-  // activations fit in L2 (kernels_tile.h: 64-200 tokens), so once per call for most batches.
-  // A (row, token) result does not depend on the range it falls in (kernels.h), so results are
-  // the same for any thread count.
-  const auto* weight_bytes = static_cast<const uint8_t*>(w.data);
-  pool_.parallel_for(
-      w.rows,
-      [&](int64_t begin, int64_t end) {
-        kernels->matmul_tile(weight_bytes + begin * weight_row_bytes, weight_row_bytes, end - begin,
-                             activations, act_row_bytes, n, w.cols, y + begin, w.rows);
-      },
-      16);
-}
-
 void CpuBackend::get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out) {
   const quant::WeightFormat& format = quant::require_format(table.type);
   const int64_t row_bytes = quant::row_bytes(format, table.cols);
@@ -74,16 +32,40 @@ void CpuBackend::get_rows(const WeightView& table, const int32_t* ids, int64_t n
   }
 }
 
+void CpuBackend::row_norm(float* x, const float* y, const float* weight, int64_t n, int64_t width,
+                          float eps, float* out) {
+  auto rows = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float* row = x + i * width;
+      if (y != nullptr) {
+        const float* add = y + i * width;
+        for (int64_t j = 0; j < width; ++j) row[j] += add[j];
+      }
+      // Sum of squares in double, as llama.cpp's ggml_rms_norm does: width is in the thousands.
+      double sum_squares = 0.0;
+      for (int64_t j = 0; j < width; ++j) sum_squares += double(row[j]) * double(row[j]);
+      const float scale = float(1.0 / std::sqrt(sum_squares / double(width) + double(eps)));
+      float* dst = out + i * width;
+      for (int64_t j = 0; j < width; ++j) dst[j] = row[j] * scale * weight[j];
+    }
+  };
+  // Prefill-sized batches split rows across threads; a decode step's few rows are not worth a wake-up.
+  if (n * width >= 65536) {
+    pool_.parallel_for(n, rows);
+  } else {
+    rows(0, n);
+  }
+}
+
 void CpuBackend::rms_norm(const float* x, const float* weight, int64_t n, int64_t width, float eps,
                           float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float* row = x + i * width;
-    double sum_squares = 0.0;
-    for (int64_t j = 0; j < width; ++j) sum_squares += double(row[j]) * double(row[j]);
-    const float scale = float(1.0 / std::sqrt(sum_squares / double(width) + double(eps)));
-    float* dst = out + i * width;
-    for (int64_t j = 0; j < width; ++j) dst[j] = row[j] * scale * weight[j];
-  }
+  // In place (x == out) or not: row_norm reads a row fully before writing its output.
+  row_norm(const_cast<float*>(x), nullptr, weight, n, width, eps, out);
+}
+
+void CpuBackend::add_rms_norm(float* x, const float* y, const float* weight, int64_t n, int64_t width,
+                              float eps, float* out) {
+  row_norm(x, y, weight, n, width, eps, out);
 }
 
 void CpuBackend::rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim,
@@ -116,10 +98,7 @@ void CpuBackend::rope(float* x, const int32_t* positions, int64_t n, int n_heads
 }
 
 void CpuBackend::silu_mul(const float* gate, const float* up, int64_t count, float* out) {
-  for (int64_t i = 0; i < count; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  cpu::gated_activation<cpu::GateKind::Silu>(gate, up, count, out);
 }
 
 void CpuBackend::add(float* x, const float* y, int64_t count) {

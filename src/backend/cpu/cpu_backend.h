@@ -15,9 +15,15 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int num_threads);
 
   void matmul(const WeightView& w, const float* x, int64_t n, float* y) override;
+  void matmul_many(std::span<const WeightView> ws, const float* x, int64_t n,
+                   std::span<float* const> ys) override;
+  void gated_ffn(const WeightView& gate, const WeightView& up, GatedActivation act, const float* x,
+                 int64_t n, float* out) override;
   void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out) override;
   void rms_norm(const float* x, const float* weight, int64_t n, int64_t width, float eps,
                 float* out) override;
+  void add_rms_norm(float* x, const float* y, const float* weight, int64_t n, int64_t width,
+                    float eps, float* out) override;
   void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim,
             const RopeParams& params) override;
   void silu_mul(const float* gate, const float* up, int64_t count, float* out) override;
@@ -32,9 +38,33 @@ class CpuBackend final : public Backend {
                        float* out) override;
 
  private:
+  // One weight matrix ready for the tile kernel, with its input converted.
+  struct PreparedMatmul {
+    const cpu::FormatKernels* kernels = nullptr;
+    const uint8_t* weights = nullptr;
+    int64_t weight_row_bytes = 0;
+    int64_t rows = 0;
+    int64_t cols = 0;
+    const uint8_t* activations = nullptr;
+    int64_t act_row_bytes = 0;
+  };
+  static constexpr int kMaxMatmuls = 4;  // matrices in one matmul_many / gated_ffn call
+  // Checks w, finds its kernels and converts x[n][w.cols] for them into scratch slot `slot`,
+  // unless an earlier entry of `done` already holds x in the same layout (then shares it).
+  PreparedMatmul prepare(const WeightView& w, const float* x, int64_t n, int slot,
+                         std::span<const PreparedMatmul> done);
+  // Output rows [begin, end) of a prepared matmul over n tokens into y (row stride m.rows).
+  static void run_rows(const PreparedMatmul& m, int64_t n, int64_t begin, int64_t end, float* y);
+  // Thread `index` of `count`'s share of `rows` rows, aligned to 16 so tiles stay whole.
+  static void thread_rows(int64_t rows, int index, int count, int64_t* begin, int64_t* end);
+  void row_norm(float* x, const float* y, const float* weight, int64_t n, int64_t width, float eps,
+                float* out);
+
   ThreadPool pool_;
-  const cpu::KernelTable* kernels_;          // chosen at construction (CPUID, KESTREL_ISA)
-  std::vector<uint8_t> activation_scratch_;  // activations converted for the matmul kernel
+  const cpu::KernelTable* kernels_;  // chosen at construction (CPUID, KESTREL_ISA)
+  // Activations converted for the matmul kernels, one buffer per matrix of a call.
+  std::vector<uint8_t> activation_scratch_[kMaxMatmuls];
+  std::vector<float> up_scratch_;  // gated_ffn's x . up^T
 };
 
 }  // namespace kestrel

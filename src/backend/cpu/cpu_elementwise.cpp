@@ -4,16 +4,12 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/vec_math.h"
 
 namespace kestrel {
 
 void CpuBackend::gelu_mul(const float* gate, const float* up, int64_t count, float* out) {
-  // gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  for (int64_t i = 0; i < count; ++i) {
-    const float x = gate[i];
-    out[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x))) * up[i];
-  }
+  cpu::gated_activation<cpu::GateKind::GeluTanh>(gate, up, count, out);
 }
 
 void CpuBackend::add_row(float* x, const float* row, int64_t n, int64_t width) {

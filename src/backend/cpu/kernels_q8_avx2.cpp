@@ -1,9 +1,11 @@
 // AVX2 kernels for the formats whose activations are Q8_0 or Q8_1 (see kernels_q8_avx512.cpp for
-// the design): Q8_0, Q4_0, Q4_1, INT8_PC, INT4_SYM_G*, INT4_ASYM_G* (Q5_0/Q5_1 use the scalar table). One step is 64 elements = two activation blocks; lanes of a 32-byte vector hold 16
-// bytes of each block (kernels_q8_common.h, NB = 2). AVX2 has no VNNI, so the byte products go
+// the design): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, INT8_PC, INT4_SYM_G*, INT4_ASYM_G*. One step is 64
+// elements = two activation blocks; lanes of a 32-byte vector hold 16 bytes of each block
+// (kernels_q8_common.h, NB = 2). AVX2 has no VNNI, so the byte products go
 // through maddubs (u8 x s8 -> pairs summed in int16) and madd (int16 pairs -> int32):
-//  - 4-bit formats: levels 0..15 are already unsigned; two maddubs results fit one int16 sum
-//    (2 * 2 * 15 * 127 < 2^15); C = 8 is taken back out through corr as in the AVX-512 kernels.
+//  - 4- and 5-bit formats: levels 0..15 (0..31) are already unsigned; two maddubs results fit
+//    one int16 sum (2 * 2 * 31 * 127 < 2^15); C = 8 (Q5_0: 16) is taken back out through corr
+//    as in the AVX-512 kernels.
 //  - 8-bit formats (Q8_0, INT8_PC): q + 128 would overflow maddubs' int16 pairs, so they use the
 //    sign trick instead (|w| times a with w's sign), C = 0, and one madd per maddubs.
 #include "backend/cpu/kernels_isa.h"
@@ -103,6 +105,43 @@ struct Int4Decoder {
   }
 };
 
+// Q5_0 (d, qh[4], qs[16]; level - 16) and Q5_1 (d, m, qh[4], qs[16]; level * d + m): the 4-bit
+// levels of two blocks as in Int4Decoder<32>, plus bit j of qh (elements j < 16, vector a) or bit
+// 16 + j (element 16 + j, vector b) as the fifth bit.
+template <bool kAsymmetric>
+struct Q5Decoder {
+  static constexpr int64_t kQh = kAsymmetric ? 4 : 2, kQs = kQh + 4;
+  static constexpr int64_t kHeader = 0, kBlockElements = 32, kBlockBytes = kQs + 16;
+  static constexpr int C = kAsymmetric ? 0 : 16;
+  static constexpr bool kAsym = kAsymmetric, kSigned = false, kBlockScale = true, kRowScale = false;
+  // 16 in each byte whose bit is set: byte j of a lane tests bit j of the lane's 16-bit half.
+  static __m256i fifth_bits(__m256i qh, bool high_half) {
+    const __m256i spread = high_half ? _mm256_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+                                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)
+                                     : _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m256i bit = _mm256_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128,
+                                         1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, spread), bit), bit);
+    return _mm256_and_si256(set, _mm256_set1_epi8(16));
+  }
+  static WeightStep decode(const uint8_t* data, int64_t s) {
+    const uint8_t* p = data + s * 2 * kBlockBytes;
+    const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(p + kQs)),
+                                              load128(p + kBlockBytes + kQs), 1);
+    uint32_t qh0, qh1;
+    std::memcpy(&qh0, p + kQh, 4);
+    std::memcpy(&qh1, p + kBlockBytes + kQh, 4);
+    const __m256i qh = _mm256_setr_epi32(int(qh0), 0, 0, 0, int(qh1), 0, 0, 0);
+    WeightStep w;
+    w.a = _mm256_or_si256(low_nibbles(y), fifth_bits(qh, false));
+    w.b = _mm256_or_si256(high_nibbles(y), fifth_bits(qh, true));
+    w.scale = scales2(p, kBlockBytes);
+    w.min = kAsymmetric ? scales2(p + 2, kBlockBytes) : _mm256_setzero_ps();
+    return w;
+  }
+};
+
 template <class D>
 struct PairKernel {
   using Layout = Q8Layout<2, D::kAsym>;
@@ -170,6 +209,8 @@ constexpr FormatKernels make_kernels(DType type) {
 constexpr FormatKernels kQ8_0 = make_kernels<Q8_0Decoder>(DType::Q8_0);
 constexpr FormatKernels kQ4_0 = make_kernels<Int4Decoder<32, false>>(DType::Q4_0);
 constexpr FormatKernels kQ4_1 = make_kernels<Int4Decoder<32, true>>(DType::Q4_1);  // = INT4_ASYM_G32
+constexpr FormatKernels kQ5_0 = make_kernels<Q5Decoder<false>>(DType::Q5_0);
+constexpr FormatKernels kQ5_1 = make_kernels<Q5Decoder<true>>(DType::Q5_1);
 constexpr FormatKernels kInt8Pc = make_kernels<Int8PcDecoder>(DType::INT8_PC);
 constexpr FormatKernels kInt4Sym32 = make_kernels<Int4Decoder<32, false>>(DType::INT4_SYM_G32);
 constexpr FormatKernels kInt4Sym64 = make_kernels<Int4Decoder<64, false>>(DType::INT4_SYM_G64);
@@ -185,6 +226,8 @@ const FormatKernels* avx2_q8_kernels(DType weight_type) {
     case DType::Q8_0: return &kQ8_0;
     case DType::Q4_0: return &kQ4_0;
     case DType::Q4_1: return &kQ4_1;
+    case DType::Q5_0: return &kQ5_0;
+    case DType::Q5_1: return &kQ5_1;
     case DType::INT8_PC: return &kInt8Pc;
     case DType::INT4_SYM_G32: return &kInt4Sym32;
     case DType::INT4_SYM_G64: return &kInt4Sym64;

@@ -29,6 +29,11 @@
 //                            instead of one per token tile)
 //   K::kStepBytes            optional: bytes of one step of a weight row; one-token tiles then
 //                            prefetch the next tile's rows (prefetch_next_tile)
+//   K::mac_direct(acc, row, s, a)  optional: mac(acc, load_w(row, s), a) for one token without
+//                            materialising W (formats whose decoded step does not fit in
+//                            registers); one-token tiles use it for their direct steps. It must
+//                            run the same arithmetic as load_w + mac (integer sums in any order,
+//                            the same float operations in the same order).
 //
 // Batch invariance: every (row, token) pair owns one Acc that sees exactly the same sequence of
 // mac() calls — steps 0, 1, ..., last — and the same finish(), whichever tile shape, tile position
@@ -83,6 +88,12 @@ void micro_tile(const uint8_t* w, int64_t w_stride, const uint8_t* a, int64_t a_
   const int64_t direct = K::direct_steps(k);
   for (int64_t s = 0; s < direct; ++s) {
     if constexpr (T == 1 && requires { K::kStepBytes; }) prefetch_next_tile<K, R>(w, w_stride, s);
+    if constexpr (T == 1 && requires { K::mac_direct; }) {
+      const typename K::A av = K::load_a(a, s);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) K::mac_direct(acc[r][0], w + r * w_stride, s, av);
+      continue;
+    }
     typename K::W wv[R];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) wv[r] = K::load_w(w + r * w_stride, s);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/vec_math.h"
 #include "core/error.h"
 
 namespace kestrel::cpu {
@@ -123,8 +124,9 @@ struct Job {
           const float correction = s.sum == 0.0f ? 1.0f : std::exp(s.max - new_max);
           scale_in_place(s.acc, correction, hd);
           float sum = s.sum * correction;
+          exp_shifted(scores, new_max, to - from);  // the block's weights, 8 at a time
           for (int32_t p = from; p < to; ++p) {
-            const float w = std::exp(scores[p - from] - new_max);
+            const float w = scores[p - from];
             sum += w;
             const float* v = cache.v + (base + p - block_start) * kv_width + int64_t(kv_head) * hd;
             axpy(s.acc, w, v, hd);

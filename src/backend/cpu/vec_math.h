@@ -37,6 +37,18 @@ inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
 }
 
+// x[i] = e^(x[i] - shift) for i < count.
+inline void exp_shifted(float* x, float shift, int64_t count) {
+  const __m256 s = _mm256_set1_ps(shift);
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(x + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s)));
+  if (i == count) return;
+  alignas(32) float tail[8] = {};
+  for (int64_t j = 0; j < count - i; ++j) tail[j] = x[i + j];
+  _mm256_store_ps(tail, exp8(_mm256_sub_ps(_mm256_load_ps(tail), s)));
+  for (int64_t j = 0; j < count - i; ++j) x[i + j] = tail[j];
+}
+
 enum class GateKind { Silu, GeluTanh };
 
 // act(g) * u for 8 lanes. SiLU: g * sigmoid(g). GELU-tanh: 0.5 g (1 + tanh(c (g + 0.044715 g^3)))

@@ -2,6 +2,8 @@
 // persistent thread pool. The fast-kernels work replaces the inner loops, not this structure.
 #pragma once
 
+#include <functional>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -49,13 +51,19 @@ class CpuBackend final : public Backend {
     int64_t act_row_bytes = 0;
   };
   static constexpr int kMaxMatmuls = 4;  // matrices in one matmul_many / gated_ffn call
+  static constexpr int64_t kRowGrain = 16;  // rows per thread are multiples of this (whole tiles)
   // Checks w, finds its kernels and converts x[n][w.cols] for them into scratch slot `slot`,
   // unless an earlier entry of `done` already holds x in the same layout (then shares it).
   PreparedMatmul prepare(const WeightView& w, const float* x, int64_t n, int slot,
                          std::span<const PreparedMatmul> done);
+  // prepare() for each of ws in turn, into prepared[0 .. ws.size()).
+  void prepare_all(std::span<const WeightView> ws, const float* x, int64_t n, PreparedMatmul* prepared);
+  // task(thread, threads) on every pool thread, or on this one alone when no matrix of the call
+  // has more than kRowGrain rows.
+  void run_split(int64_t max_rows, const std::function<void(int, int)>& task);
   // Output rows [begin, end) of a prepared matmul over n tokens into y (row stride m.rows).
   static void run_rows(const PreparedMatmul& m, int64_t n, int64_t begin, int64_t end, float* y);
-  // Thread `index` of `count`'s share of `rows` rows, aligned to 16 so tiles stay whole.
+  // Thread `index` of `count`'s share of `rows` rows, aligned to kRowGrain.
   static void thread_rows(int64_t rows, int index, int count, int64_t* begin, int64_t* end);
   void row_norm(float* x, const float* y, const float* weight, int64_t n, int64_t width, float eps,
                 float* out);

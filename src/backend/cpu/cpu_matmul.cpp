@@ -6,6 +6,7 @@
 // them (a decode step of the 1B Llama runs 5 regions per layer instead of 7 plus 2 serial
 // element-wise passes).
 #include <algorithm>
+#include <functional>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vec_math.h"
@@ -65,12 +66,27 @@ void CpuBackend::run_rows(const PreparedMatmul& m, int64_t n, int64_t begin, int
                          m.activations, m.act_row_bytes, n, m.cols, y + begin, m.rows);
 }
 
+void CpuBackend::prepare_all(std::span<const WeightView> ws, const float* x, int64_t n,
+                             PreparedMatmul* prepared) {
+  for (size_t i = 0; i < ws.size(); ++i) {
+    prepared[i] = prepare(ws[i], x, n, int(i), std::span<const PreparedMatmul>(prepared, i));
+  }
+}
+
+void CpuBackend::run_split(int64_t max_rows, const std::function<void(int, int)>& task) {
+  // A call whose every matrix fits in one thread's grain is not worth waking the pool for.
+  if (max_rows <= kRowGrain) {
+    task(0, 1);
+  } else {
+    pool_.run(task);
+  }
+}
+
 void CpuBackend::thread_rows(int64_t rows, int index, int count, int64_t* begin, int64_t* end) {
-  constexpr int64_t kGrain = 16;
-  const int64_t units = (rows + kGrain - 1) / kGrain;
+  const int64_t units = (rows + kRowGrain - 1) / kRowGrain;
   const int64_t per_thread = (units + count - 1) / count;
-  *begin = std::min(rows, int64_t(index) * per_thread * kGrain);
-  *end = std::min(rows, *begin + per_thread * kGrain);
+  *begin = std::min(rows, int64_t(index) * per_thread * kRowGrain);
+  *end = std::min(rows, *begin + per_thread * kRowGrain);
 }
 
 void CpuBackend::matmul(const WeightView& w, const float* x, int64_t n, float* y) {
@@ -88,11 +104,11 @@ void CpuBackend::matmul_many(std::span<const WeightView> ws, const float* x, int
   }
   PreparedMatmul prepared[kMaxMatmuls];
   const size_t count = ws.size();
-  for (size_t i = 0; i < count; ++i) {
-    prepared[i] = prepare(ws[i], x, n, int(i), std::span<const PreparedMatmul>(prepared, i));
-  }
+  prepare_all(ws, x, n, prepared);
   if (n <= 0) return;
-  pool_.run([&](int index, int threads) {
+  int64_t max_rows = 0;
+  for (const WeightView& w : ws) max_rows = std::max(max_rows, w.rows);
+  run_split(max_rows, [&](int index, int threads) {
     for (size_t i = 0; i < count; ++i) {
       int64_t begin = 0, end = 0;
       thread_rows(prepared[i].rows, index, threads, &begin, &end);
@@ -107,14 +123,14 @@ void CpuBackend::gated_ffn(const WeightView& gate, const WeightView& up, GatedAc
     fail("internal: gated_ffn's gate ({} x {}) and up ({} x {}) differ in shape", gate.rows, gate.cols,
          up.rows, up.cols);
   }
+  const WeightView pair[2] = {gate, up};
   PreparedMatmul prepared[2];
-  prepared[0] = prepare(gate, x, n, 0, {});
-  prepared[1] = prepare(up, x, n, 1, std::span<const PreparedMatmul>(prepared, 1));
+  prepare_all(pair, x, n, prepared);
   if (n <= 0) return;
   const int64_t rows = gate.rows;
   up_scratch_.resize(size_t(n * rows));
   float* up_out = up_scratch_.data();
-  pool_.run([&](int index, int threads) {
+  run_split(rows, [&](int index, int threads) {
     int64_t begin = 0, end = 0;
     thread_rows(rows, index, threads, &begin, &end);
     if (begin >= end) return;

@@ -84,11 +84,12 @@ struct Q45KKernel {
       *odd = _mm256_or_si256(*odd, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(high, bit1), bit1), sixteen));
     }
   }
-  // acc += d * d_a * sum_j scale_j (levels_j . q_j) - dmin * d_a * sum_p min_p bsum_p.
-  static void finish_block(Acc& acc, __m256i lanes, __m256i mins, const uint8_t* p, const A& a) {
+  static __m256 block_d(const uint8_t* p) { return _mm256_set1_ps(fp16_to_f32(load_u16(p))); }
+  static __m256 block_neg_dmin(const uint8_t* p) { return _mm256_set1_ps(-fp16_to_f32(load_u16(p + 2))); }
+  // acc += d * d_a * sum_j scale_j (levels_j . q_j) - dmin * d_a * sum_p min_p bsum_p: the float
+  // tail both mac and mac_direct end with.
+  static void finish_block(Acc& acc, __m256i lanes, __m256i mins, __m256 wd, __m256 neg_dmin, const A& a) {
     const __m256 d = a.d();
-    const __m256 wd = _mm256_set1_ps(fp16_to_f32(load_u16(p)));
-    const __m256 neg_dmin = _mm256_set1_ps(-fp16_to_f32(load_u16(p + 2)));
     const __m256 m = _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, a.bsums()));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_mul_ps(wd, d), acc);
     acc = _mm256_fmadd_ps(m, _mm256_mul_ps(neg_dmin, d), acc);
@@ -97,8 +98,8 @@ struct Q45KKernel {
   static W load_w(const uint8_t* row, int64_t s) {
     const uint8_t* p = row + s * kBlockBytes;
     W w;
-    w.d = _mm256_set1_ps(fp16_to_f32(load_u16(p)));
-    w.neg_dmin = _mm256_set1_ps(-fp16_to_f32(load_u16(p + 2)));
+    w.d = block_d(p);
+    w.neg_dmin = block_neg_dmin(p);
     __m256i scales8;
     block_scales(p, &scales8, &w.mins);
     for (int c = 0; c < 4; ++c) {
@@ -115,10 +116,7 @@ struct Q45KKernel {
     for (int j = 0; j < 8; ++j) {
       lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(w.levels[j], a.q(j)), w.scales[j]));
     }
-    const __m256 d = a.d();
-    const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(w.mins, a.bsums()));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_mul_ps(w.d, d), acc);
-    acc = _mm256_fmadd_ps(mins, _mm256_mul_ps(w.neg_dmin, d), acc);
+    finish_block(acc, lanes, w.mins, w.d, w.neg_dmin, a);
   }
   // load_w + mac for one token, decoding 32 bytes at a time (see the top).
   static void mac_direct(Acc& acc, const uint8_t* row, int64_t s, const A& a) {
@@ -132,7 +130,7 @@ struct Q45KKernel {
       lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(even, a.q(2 * c)), spread_scale(scales8, 2 * c)));
       lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(odd, a.q(2 * c + 1)), spread_scale(scales8, 2 * c + 1)));
     }
-    finish_block(acc, lanes, mins, p, a);
+    finish_block(acc, lanes, mins, block_d(p), block_neg_dmin(p), a);
   }
   static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
@@ -178,7 +176,8 @@ struct Q6KKernel {
     out[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                              _mm256_and_si256(_mm256_srli_epi16(qh, 2), top2));
   }
-  // lanes - 32 * sum_g scale_g * bsum_g, then acc += d * d_a * that.
+  static __m256 block_d(const uint8_t* p) { return _mm256_set1_ps(fp16_to_f32(load_u16(p + 208))); }
+  // lanes - 32 * sum_g scale_g * bsum_g, then acc += d * d_a * that (mac and mac_direct end here).
   static void finish_block(Acc& acc, __m256i lanes, __m256i scales16, __m256 d, const A& a) {
     lanes = _mm256_sub_epi32(lanes, _mm256_slli_epi32(_mm256_madd_epi16(scales16, a.bsums()), 5));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_mul_ps(d, a.d()), acc);
@@ -187,7 +186,7 @@ struct Q6KKernel {
   static W load_w(const uint8_t* row, int64_t s) {
     const uint8_t* p = row + s * kBlockBytes;
     W w;
-    w.d = _mm256_set1_ps(fp16_to_f32(load_u16(p + 208)));
+    w.d = block_d(p);
     w.scales16 = group_scales(p);
     for (int h = 0; h < 2; ++h) {
       levels_half(p, h, &w.levels[4 * h]);
@@ -217,14 +216,14 @@ struct Q6KKernel {
         lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(levels[q], a.q(v)), vector_scales(scales16, v)));
       }
     }
-    finish_block(acc, lanes, scales16, _mm256_set1_ps(fp16_to_f32(load_u16(p + 208))), a);
+    finish_block(acc, lanes, scales16, block_d(p), a);
   }
   static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
 
-constexpr FormatKernels kQ4K{DType::Q4_K, Q8KLayout::row_bytes, convert_q8_k<false>, matmul_tile<Q45KKernel<false>>};
-constexpr FormatKernels kQ5K{DType::Q5_K, Q8KLayout::row_bytes, convert_q8_k<false>, matmul_tile<Q45KKernel<true>>};
-constexpr FormatKernels kQ6K{DType::Q6_K, Q8KLayout::row_bytes, convert_q8_k<false>, matmul_tile<Q6KKernel>};
+constexpr FormatKernels kQ4K{DType::Q4_K, Q8KLayout::row_bytes, convert_q8_k, matmul_tile<Q45KKernel<false>>};
+constexpr FormatKernels kQ5K{DType::Q5_K, Q8KLayout::row_bytes, convert_q8_k, matmul_tile<Q45KKernel<true>>};
+constexpr FormatKernels kQ6K{DType::Q6_K, Q8KLayout::row_bytes, convert_q8_k, matmul_tile<Q6KKernel>};
 
 }  // namespace
 

@@ -48,7 +48,7 @@ template <bool kQ6>
 void convert_q8_k_lanes(const float* x, uint8_t* out, int64_t k) {
   alignas(64) uint8_t plain[Q8KLayout::kBlockBytes];
   for (int64_t b = 0; b < k / 256; ++b) {
-    convert_q8_k<false>(x + b * 256, plain, 256);
+    convert_q8_k(x + b * 256, plain, 256);
     uint8_t* block = out + b * LaneLayout::kBlockBytes;
     uint32_t dwords[64];
     std::memcpy(dwords, plain + Q8KLayout::kQs, 256);

@@ -4,9 +4,8 @@
 // The values are bit for bit those of quant's quantize_row_q8_K (per 256: d = amax / 127 in F32,
 // q = x * (127 / amax) rounded to nearest even and clamped to +-127, bsums = sums of 16 q's),
 // laid out per super-block in 320 bytes so every vector load is aligned:
-//   qs[256]      the 256 q in element order; with kOffset, stored as q + 128 (unsigned), which
-//                the AVX2 Q6_K kernel multiplies with signed weights
-//   bsums[16]    int16 sums of 16 q (of q itself, not q + 128)
+//   qs[256]      the 256 q in element order
+//   bsums[16]    int16 sums of 16 q
 //   d            F32
 // (The AVX-512 kernels reorder this block into their lane-major layout.)
 #pragma once
@@ -24,8 +23,7 @@ struct Q8KLayout {
   static int64_t row_bytes(int64_t k) { return k / 256 * kBlockBytes; }
 };
 
-template <bool kOffset>
-void convert_q8_k(const float* x, uint8_t* out, int64_t k) {
+inline void convert_q8_k(const float* x, uint8_t* out, int64_t k) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t b = 0; b < k / 256; ++b) {
     const float* xb = x + b * 256;
@@ -52,8 +50,7 @@ void convert_q8_k(const float* x, uint8_t* out, int64_t k) {
           _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3])),
           _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
       _mm256_store_si256(reinterpret_cast<__m256i*>(q + i), bytes);
-      const __m256i stored = kOffset ? _mm256_xor_si256(bytes, _mm256_set1_epi8(char(0x80))) : bytes;
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(block + Q8KLayout::kQs + i), stored);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(block + Q8KLayout::kQs + i), bytes);
     }
     for (int g = 0; g < 16; ++g) {
       int sum = 0;

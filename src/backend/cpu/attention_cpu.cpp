@@ -13,36 +13,84 @@
 namespace kestrel::cpu {
 namespace {
 
-// x . y over n floats; fixed summation order (8 lanes, then a fixed reduction).
+// {hsum_tree(a0), hsum_tree(a1), hsum_tree(a2), hsum_tree(a3)}.
+inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  const __m256 quads = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm_add_ps(_mm256_castps256_ps128(quads), _mm256_extractf128_ps(quads, 1));
+}
+
+// x . y over n floats in a fixed order: 8 lanes, hsum_tree, then the scalar tail.
 inline float dot(const float* x, const float* y, int n) {
   __m256 acc = _mm256_setzero_ps();
   int i = 0;
   for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc);
-  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  float sum = _mm_cvtss_f32(lo);
+  float sum = hsum_tree(acc);
   for (; i < n; ++i) sum += x[i] * y[i];
   return sum;
 }
 
-// acc = acc * scale (skipped when scale == 1).
-inline void scale_in_place(float* acc, float scale, int n) {
-  if (scale == 1.0f) return;
-  const __m256 s = _mm256_set1_ps(scale);
+// scores[i] = (q . k_i) * scale for the `count` keys k_i = k + i * stride (head_dim hd floats
+// each); returns their maximum. Eight keys at a time share each load of q and one reduction;
+// each score is the same arithmetic as dot(q, k_i, hd).
+inline float block_scores(const float* q, const float* k, int64_t stride, int count, int hd, float scale,
+                          float* scores) {
   int i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, _mm256_mul_ps(_mm256_loadu_ps(acc + i), s));
-  for (; i < n; ++i) acc[i] *= scale;
+  if (hd % 8 == 0) {
+    for (; i + 8 <= count; i += 8) {
+      const float* ki = k + i * stride;
+      __m256 acc[8];
+      for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+      for (int d = 0; d < hd; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + d);
+        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(ki + j * stride + d), acc[j]);
+      }
+      const __m256 sums = _mm256_set_m128(reduce4(acc[4], acc[5], acc[6], acc[7]), reduce4(acc[0], acc[1], acc[2], acc[3]));
+      _mm256_storeu_ps(scores + i, _mm256_mul_ps(sums, _mm256_set1_ps(scale)));
+    }
+  }
+  for (; i < count; ++i) scores[i] = dot(q, k + i * stride, hd) * scale;
+  __m256 max8 = _mm256_set1_ps(-INFINITY);
+  int j = 0;
+  for (; j + 8 <= count; j += 8) max8 = _mm256_max_ps(max8, _mm256_loadu_ps(scores + j));
+  __m128 max4 = _mm_max_ps(_mm256_castps256_ps128(max8), _mm256_extractf128_ps(max8, 1));
+  max4 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
+  float max = std::max(_mm_cvtss_f32(max4), _mm_cvtss_f32(_mm_movehdup_ps(max4)));
+  for (; j < count; ++j) max = std::max(max, scores[j]);
+  return max;
 }
 
-// acc += w * v.
-inline void axpy(float* acc, float w, const float* v, int n) {
-  const __m256 wv = _mm256_set1_ps(w);
-  int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(acc + i)));
+// acc[0, hd) = acc * correction + sum_i w[i] * v_i over the `count` rows v_i = v + i * stride, in
+// key order (the multiply is skipped when correction == 1). 64 elements of acc at a time stay in
+// registers across the keys.
+inline void block_accumulate(float* acc, float correction, const float* w, const float* v, int64_t stride,
+                             int count, int hd) {
+  const __m256 c = _mm256_set1_ps(correction);
+  const bool rescale = correction != 1.0f;
+  int d = 0;
+  for (; d + 64 <= hd; d += 64) {
+    __m256 a[8];
+    for (int j = 0; j < 8; ++j) {
+      a[j] = _mm256_loadu_ps(acc + d + 8 * j);
+      if (rescale) a[j] = _mm256_mul_ps(a[j], c);
+    }
+    for (int i = 0; i < count; ++i) {
+      const __m256 wi = _mm256_set1_ps(w[i]);
+      const float* vi = v + i * stride + d;
+      for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(wi, _mm256_loadu_ps(vi + 8 * j), a[j]);
+    }
+    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(acc + d + 8 * j, a[j]);
   }
-  for (; i < n; ++i) acc[i] += w * v[i];
+  for (; d + 8 <= hd; d += 8) {
+    __m256 a = _mm256_loadu_ps(acc + d);
+    if (rescale) a = _mm256_mul_ps(a, c);
+    for (int i = 0; i < count; ++i) a = _mm256_fmadd_ps(_mm256_set1_ps(w[i]), _mm256_loadu_ps(v + i * stride + d), a);
+    _mm256_storeu_ps(acc + d, a);
+  }
+  for (; d < hd; ++d) {
+    float a = rescale ? acc[d] * correction : acc[d];
+    for (int i = 0; i < count; ++i) a = std::fma(w[i], v[i * stride + d], a);
+    acc[d] = a;
+  }
 }
 
 // Running softmax state of one (query token, query head): max, sum of weights, weighted V.
@@ -114,23 +162,13 @@ struct Job {
           const int head = kv_head * group + g;
           const float* qh = q + token * q_width + int64_t(head) * hd;
           Softmax& s = states[t * group + g];
-          float block_max = -INFINITY;
-          for (int32_t p = from; p < to; ++p) {
-            const float* k = cache.k + (base + p - block_start) * kv_width + int64_t(kv_head) * hd;
-            scores[p - from] = dot(qh, k, hd) * a.scale;
-            block_max = std::max(block_max, scores[p - from]);
-          }
+          const float* k = cache.k + (base + from - block_start) * kv_width + int64_t(kv_head) * hd;
+          const float* v = cache.v + (base + from - block_start) * kv_width + int64_t(kv_head) * hd;
+          const float block_max = block_scores(qh, k, kv_width, to - from, hd, a.scale, scores);
           const float new_max = std::max(s.max, block_max);
           const float correction = s.sum == 0.0f ? 1.0f : std::exp(s.max - new_max);
-          scale_in_place(s.acc, correction, hd);
-          float sum = s.sum * correction;
-          exp_shifted(scores, new_max, to - from);  // the block's weights, 8 at a time
-          for (int32_t p = from; p < to; ++p) {
-            const float w = scores[p - from];
-            sum += w;
-            const float* v = cache.v + (base + p - block_start) * kv_width + int64_t(kv_head) * hd;
-            axpy(s.acc, w, v, hd);
-          }
+          const float sum = s.sum * correction + exp_shifted_sum(scores, new_max, to - from);
+          block_accumulate(s.acc, correction, scores, v, kv_width, to - from, hd);
           s.sum = sum;
           s.max = new_max;
         }

@@ -1,11 +1,12 @@
 // The CPU backend's linear layers: one matrix (matmul), several reading the same input
 // (matmul_many: attention's Q, K, V) and a gated MLP's input half (gated_ffn: gate, up and the
 // activation). Inputs are converted once per layout the kernels read (kernels.h), and every
-// matrix of a call runs in one parallel region: each thread takes the same share of every
-// matrix's rows, which balances formats of different cost and saves the pool's wake-ups between
-// them (a decode step of the 1B Llama runs 5 regions per layer instead of 7 plus 2 serial
+// matrix of a call runs in one parallel region whose threads take chunks of rows of each matrix
+// in turn from a shared counter, which balances formats of different cost and saves the pool's
+// wake-ups between them (a decode step of the 1B Llama runs 5 regions per layer instead of 7 plus 2 serial
 // element-wise passes).
 #include <algorithm>
+#include <atomic>
 #include <functional>
 
 #include "backend/cpu/cpu_backend.h"
@@ -82,11 +83,9 @@ void CpuBackend::run_split(int64_t max_rows, const std::function<void(int, int)>
   }
 }
 
-void CpuBackend::thread_rows(int64_t rows, int index, int count, int64_t* begin, int64_t* end) {
-  const int64_t units = (rows + kRowGrain - 1) / kRowGrain;
-  const int64_t per_thread = (units + count - 1) / count;
-  *begin = std::min(rows, int64_t(index) * per_thread * kRowGrain);
-  *end = std::min(rows, *begin + per_thread * kRowGrain);
+int64_t CpuBackend::chunk_rows(int64_t rows, int threads) {
+  const int64_t target = (rows + threads * kChunksPerThread - 1) / (threads * kChunksPerThread);
+  return std::max<int64_t>(kChunkAlign, (target + kChunkAlign - 1) / kChunkAlign * kChunkAlign);
 }
 
 void CpuBackend::matmul(const WeightView& w, const float* x, int64_t n, float* y) {
@@ -108,11 +107,20 @@ void CpuBackend::matmul_many(std::span<const WeightView> ws, const float* x, int
   if (n <= 0) return;
   int64_t max_rows = 0;
   for (const WeightView& w : ws) max_rows = std::max(max_rows, w.rows);
-  run_split(max_rows, [&](int index, int threads) {
-    for (size_t i = 0; i < count; ++i) {
-      int64_t begin = 0, end = 0;
-      thread_rows(prepared[i].rows, index, threads, &begin, &end);
-      run_rows(prepared[i], n, begin, end, ys[i]);
+  // Chunks [first[i], first[i + 1]) of the shared counter belong to matrix i.
+  int64_t chunk[kMaxMatmuls], first[kMaxMatmuls + 1] = {0};
+  for (size_t i = 0; i < count; ++i) {
+    chunk[i] = chunk_rows(prepared[i].rows, pool_.num_threads());
+    first[i + 1] = first[i] + (prepared[i].rows + chunk[i] - 1) / chunk[i];
+  }
+  std::atomic<int64_t> next{0};
+  run_split(max_rows, [&](int, int) {
+    size_t i = 0;
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < first[count];
+         c = next.fetch_add(1, std::memory_order_relaxed)) {
+      while (c >= first[i + 1]) ++i;  // chunks are taken in increasing order
+      const int64_t begin = (c - first[i]) * chunk[i];
+      run_rows(prepared[i], n, begin, std::min(prepared[i].rows, begin + chunk[i]), ys[i]);
     }
   });
 }
@@ -130,20 +138,24 @@ void CpuBackend::gated_ffn(const WeightView& gate, const WeightView& up, GatedAc
   const int64_t rows = gate.rows;
   up_scratch_.resize(size_t(n * rows));
   float* up_out = up_scratch_.data();
-  run_split(rows, [&](int index, int threads) {
-    int64_t begin = 0, end = 0;
-    thread_rows(rows, index, threads, &begin, &end);
-    if (begin >= end) return;
-    run_rows(prepared[0], n, begin, end, out);
-    run_rows(prepared[1], n, begin, end, up_out);
-    // The activation over this thread's columns of every token, while they are in its cache.
-    for (int64_t t = 0; t < n; ++t) {
-      float* g = out + t * rows + begin;
-      const float* u = up_out + t * rows + begin;
-      if (act == GatedActivation::GeluTanh) {
-        cpu::gated_activation<cpu::GateKind::GeluTanh>(g, u, end - begin, g);
-      } else {
-        cpu::gated_activation<cpu::GateKind::Silu>(g, u, end - begin, g);
+  const int64_t chunk = chunk_rows(rows, pool_.num_threads());
+  const int64_t chunks = (rows + chunk - 1) / chunk;
+  std::atomic<int64_t> next{0};
+  run_split(rows, [&](int, int) {
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+         c = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t begin = c * chunk, end = std::min(rows, begin + chunk);
+      run_rows(prepared[0], n, begin, end, out);
+      run_rows(prepared[1], n, begin, end, up_out);
+      // The activation over this chunk's columns of every token, while they are in this cache.
+      for (int64_t t = 0; t < n; ++t) {
+        float* g = out + t * rows + begin;
+        const float* u = up_out + t * rows + begin;
+        if (act == GatedActivation::GeluTanh) {
+          cpu::gated_activation<cpu::GateKind::GeluTanh>(g, u, end - begin, g);
+        } else {
+          cpu::gated_activation<cpu::GateKind::Silu>(g, u, end - begin, g);
+        }
       }
     }
   });

@@ -1,7 +1,8 @@
 // Vectorised float math for the CPU backend's element-wise ops (AVX2, the build's baseline ISA):
-// exp and the gated-MLP activations SiLU and GELU-tanh, 8 lanes at a time. Every element goes
-// through the same 8-lane code, tails included (through a padded copy), so an element's value
-// never depends on its position in a row or on the batch: what keeps batching exact (kernels.h).
+// exp, attention's shifted exp with its sum, and the gated-MLP activations SiLU and GELU-tanh, 8
+// lanes at a time. Every element goes through the same 8-lane code, tails included (through a
+// padded copy), so an element's value never depends on its position in a row or on the batch:
+// what keeps batching exact (kernels.h).
 // Internal linkage, as in kernels_tile.h: only files compiled for the baseline ISA include it.
 #pragma once
 
@@ -37,16 +38,35 @@ inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
 }
 
-// x[i] = e^(x[i] - shift) for i < count.
-inline void exp_shifted(float* x, float shift, int64_t count) {
+// The sum of v's 8 lanes as ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7)): the
+// order attention's reduce4 gives every lane, so a key's score does not depend on its neighbours.
+inline float hsum_tree(__m256 v) {
+  const __m256 pairs = _mm256_hadd_ps(v, v);
+  const __m256 quads = _mm256_hadd_ps(pairs, pairs);
+  return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(quads), _mm256_extractf128_ps(quads, 1)));
+}
+
+// x[i] = exp(x[i] - shift) for i < count; returns their sum, 8 lanes at a time, then hsum_tree
+// (a serial sum would be a chain of dependent adds as long as the block).
+inline float exp_shifted_sum(float* x, float shift, int count) {
   const __m256 s = _mm256_set1_ps(shift);
-  int64_t i = 0;
-  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(x + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s)));
-  if (i == count) return;
-  alignas(32) float tail[8] = {};
-  for (int64_t j = 0; j < count - i; ++j) tail[j] = x[i + j];
-  _mm256_store_ps(tail, exp8(_mm256_sub_ps(_mm256_load_ps(tail), s)));
-  for (int64_t j = 0; j < count - i; ++j) x[i + j] = tail[j];
+  __m256 sum = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    _mm256_storeu_ps(x + i, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  if (i < count) {
+    alignas(32) float tail[8] = {};
+    for (int j = 0; j < count - i; ++j) tail[j] = x[i + j];
+    const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(count - i), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_load_ps(tail), s)), _mm256_castsi256_ps(lanes));
+    _mm256_store_ps(tail, e);
+    for (int j = 0; j < count - i; ++j) x[i + j] = tail[j];
+    sum = _mm256_add_ps(sum, e);
+  }
+  return hsum_tree(sum);
 }
 
 enum class GateKind { Silu, GeluTanh };

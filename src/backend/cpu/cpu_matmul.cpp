@@ -83,8 +83,9 @@ void CpuBackend::run_split(int64_t max_rows, const std::function<void(int, int)>
   }
 }
 
-int64_t CpuBackend::chunk_rows(int64_t rows, int threads) {
-  const int64_t target = (rows + threads * kChunksPerThread - 1) / (threads * kChunksPerThread);
+int64_t CpuBackend::chunk_rows(int64_t rows, int64_t n, int threads) {
+  const int64_t chunks = threads * (n == 1 ? kDecodeChunksPerThread : kChunksPerThread);
+  const int64_t target = (rows + chunks - 1) / chunks;
   return std::max<int64_t>(kChunkAlign, (target + kChunkAlign - 1) / kChunkAlign * kChunkAlign);
 }
 
@@ -110,7 +111,7 @@ void CpuBackend::matmul_many(std::span<const WeightView> ws, const float* x, int
   // Chunks [first[i], first[i + 1]) of the shared counter belong to matrix i.
   int64_t chunk[kMaxMatmuls], first[kMaxMatmuls + 1] = {0};
   for (size_t i = 0; i < count; ++i) {
-    chunk[i] = chunk_rows(prepared[i].rows, pool_.num_threads());
+    chunk[i] = chunk_rows(prepared[i].rows, n, pool_.num_threads());
     first[i + 1] = first[i] + (prepared[i].rows + chunk[i] - 1) / chunk[i];
   }
   std::atomic<int64_t> next{0};
@@ -138,7 +139,7 @@ void CpuBackend::gated_ffn(const WeightView& gate, const WeightView& up, GatedAc
   const int64_t rows = gate.rows;
   up_scratch_.resize(size_t(n * rows));
   float* up_out = up_scratch_.data();
-  const int64_t chunk = chunk_rows(rows, pool_.num_threads());
+  const int64_t chunk = chunk_rows(rows, n, pool_.num_threads());
   const int64_t chunks = (rows + chunk - 1) / chunk;
   std::atomic<int64_t> next{0};
   run_split(rows, [&](int, int) {

@@ -1,18 +1,21 @@
 // AVX2 kernels for the k-quants Q4_K, Q5_K and Q6_K against Q8_K activations (kernels_q8k_common.h,
 // all three in the one plain layout, so a layer's Q4_K and Q6_K matrices share one conversion):
 // unsigned levels in element order, one 32-element sub-block (Q4_K/Q5_K) or two 16-element ones
-// (Q6_K) per 256-bit vector, maddubs with the signed activations, madd with the sub-block scales,
-// then one F32 multiply-add per super-block (AVX2 has neither dpbusd nor GFNI, which the AVX-512
-// lane-major design uses). Q4_K/Q5_K subtract dmin * min * bsum; Q6_K, stored as q + 32, subtracts
-// 32 * scale * bsum per 16-element group, both through one madd with the activation's bsums.
+// (Q6_K) per 256-bit vector, maddubs with the signed activations, madd with the sub-block scales
+// (AVX2 has neither dpbusd nor GFNI, which the AVX-512 lane-major design uses). Q4_K/Q5_K subtract
+// dmin * min * bsum; Q6_K, stored as q + 32, subtracts 32 * scale * bsum per 16-element group,
+// both through one madd with the activation's bsums.
 //
-// Batches (n > 1) decode a super-block once into registers/stack (K::W) and reuse it for every
-// token of the tile; prefill decodes 4-row tiles once per 8-step chunk into an L1 buffer shared
-// by a whole token block (kernels_tile.h): one thread, n = 512, Q4_K 85 -> 115 and Q6_K 68 -> 127
-// GFLOP/s against 1 x 4 unpacked tiles (Intel). Decode (n = 1) runs 2 rows at a time through
-// mac_direct, which decodes and multiplies 32 bytes at a time without storing the decoded block:
-// the same integer sums and the same float operations as load_w + mac, so bitwise the same
-// result. Sub-block scales come from one vector by a byte shuffle each, not a broadcast each.
+// Q4_K/Q5_K: every path reduces a super-block to its two exact integer sums per (row, token) and
+// ends with the same two scalar FMAs (finish_block), so decode, small batches and the interleaved
+// prefill tiles (q45k_matmul, below: 4 rows interleaved 8 bytes at a time, 4 maddubs per madd;
+// one Zen 3 core, n = 512: 78-85 -> 97-133 GFLOP/s) give bitwise the same results. Q6_K keeps 8
+// float lanes per (row, token) and one F32 multiply-add per super-block; its batches (n > 1)
+// decode 4-row tiles once per 8-step chunk into an L1 buffer shared by a whole token block
+// (kernels_tile.h). Decode (n = 1) runs 2 rows at a time through mac_direct(2), which decodes and
+// multiplies 32 bytes at a time without storing the decoded block: the same integer sums and the
+// same float operations as load_w + mac. Sub-block scales come from one vector by a byte shuffle
+// each, not a broadcast each.
 #include "backend/cpu/kernels_isa.h"
 #include "backend/cpu/kernels_q8k_common.h"
 #include "backend/cpu/kernels_simd_avx2.h"
@@ -29,7 +32,22 @@ struct KquantActivation {
   __m256i q(int v) const { return load256(block + Q8KLayout::kQs + 32 * v); }
   __m256i bsums() const { return load256(block + Q8KLayout::kBsums); }
   __m256 d() const { return _mm256_set1_ps(load_f32(block + Q8KLayout::kScale)); }
+  float d_scalar() const { return load_f32(block + Q8KLayout::kScale); }
 };
+
+// a * b + c rounded once, as one lane of _mm_fmadd_ps (no std:: call in kernel files: kernels_tile.h).
+inline float fma1(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+// The sums of a's and of b's 8 int32 lanes (exact: integer adds in any order give the same sum).
+inline void hsum2_epi32(__m256i a, __m256i b, int32_t* sum_a, int32_t* sum_b) {
+  const __m256i pairs = _mm256_hadd_epi32(a, b);  // a01 a23 b01 b23 | a45 a67 b45 b67
+  __m128i quads = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+  quads = _mm_hadd_epi32(quads, quads);  // a, b, a, b
+  *sum_a = _mm_cvtsi128_si32(quads);
+  *sum_b = _mm_extract_epi32(quads, 1);
+}
 
 // Byte-shuffle controls that spread int16 scale j of a vector holding 8 (in each 128-bit lane) over
 // every int16 lane (kernels_tile.h: constants stay plain arrays).
@@ -49,18 +67,18 @@ inline __m256i spread_scale(__m256i scales8, int j) {
 template <bool kFiveBit>
 struct Q45KKernel {
   static constexpr int64_t kBlockBytes = kFiveBit ? 176 : 144, kStepBytes = kBlockBytes;
-  static constexpr int kRows = 4, kTokens = 2, kDecodeRows = 2, kPackSteps = 8;  // see the top
-  using Acc = __m256;
+  static constexpr int kRows = 4, kTokens = 2, kDecodeRows = 2;  // n >= 4: q45k_matmul (below)
+  using Acc = float;
   using A = KquantActivation;
   struct W {
     __m256i levels[8];  // sub-block j: elements 32j .. 32j + 31
     __m256i scales[8];  // its scale in every int16 lane
     __m256i mins;       // min of the sub-block of each of the 16 bsums
-    __m256 d, neg_dmin;
+    float d, neg_dmin;
   };
   static int64_t steps(int64_t k) { return k / 256; }
   static int64_t direct_steps(int64_t k) { return k / 256; }
-  static Acc zero() { return _mm256_setzero_ps(); }
+  static Acc zero() { return 0.0f; }
 
   // The 8 sub-block scales (int16, in both 128-bit lanes) and the mins widened for the bsums madd.
   static void block_scales(const uint8_t* p, __m256i* scales8, __m256i* mins) {
@@ -84,15 +102,17 @@ struct Q45KKernel {
       *odd = _mm256_or_si256(*odd, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(high, bit1), bit1), sixteen));
     }
   }
-  static __m256 block_d(const uint8_t* p) { return _mm256_set1_ps(fp16_to_f32(load_u16(p))); }
-  static __m256 block_neg_dmin(const uint8_t* p) { return _mm256_set1_ps(-fp16_to_f32(load_u16(p + 2))); }
-  // acc += d * d_a * sum_j scale_j (levels_j . q_j) - dmin * d_a * sum_p min_p bsum_p: the float
-  // tail both mac and mac_direct end with.
-  static void finish_block(Acc& acc, __m256i lanes, __m256i mins, __m256 wd, __m256 neg_dmin, const A& a) {
-    const __m256 d = a.d();
-    const __m256 m = _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, a.bsums()));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_mul_ps(wd, d), acc);
-    acc = _mm256_fmadd_ps(m, _mm256_mul_ps(neg_dmin, d), acc);
+  static float block_d(const uint8_t* p) { return fp16_to_f32(load_u16(p)); }
+  static float block_neg_dmin(const uint8_t* p) { return -fp16_to_f32(load_u16(p + 2)); }
+  // The float tail of every path (mac, mac_direct, the interleaved tiles): with the super-block's
+  // exact integer sums S = sum_j scale_j (levels_j . q_j) and M = sum_p min_p bsum_p,
+  // acc = fma(S, d * d_a, acc), then acc = fma(M, -dmin * d_a, acc).
+  static void finish_block(Acc& acc, __m256i lanes, __m256i mins, float wd, float neg_dmin, const A& a) {
+    int32_t sum = 0, min_sum = 0;
+    hsum2_epi32(lanes, _mm256_madd_epi16(mins, a.bsums()), &sum, &min_sum);
+    const float d = a.d_scalar();
+    acc = fma1(float(sum), wd * d, acc);
+    acc = fma1(float(min_sum), neg_dmin * d, acc);
   }
 
   static W load_w(const uint8_t* row, int64_t s) {
@@ -119,8 +139,8 @@ struct Q45KKernel {
     finish_block(acc, lanes, w.mins, w.d, w.neg_dmin, a);
   }
   // load_w + mac for one token, decoding 32 bytes at a time (see the top).
-  static void mac_direct(Acc& acc, const uint8_t* row, int64_t s, const A& a) {
-    const uint8_t* p = row + s * kBlockBytes;
+  // The integer lanes of S and of M for super-block p, decoding 32 bytes at a time.
+  static void direct_sums(const uint8_t* p, const A& a, __m256i* sum_lanes, __m256i* min_lanes) {
     __m256i scales8, mins;
     block_scales(p, &scales8, &mins);
     __m256i lanes = _mm256_setzero_si256();
@@ -130,10 +150,183 @@ struct Q45KKernel {
       lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(even, a.q(2 * c)), spread_scale(scales8, 2 * c)));
       lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(odd, a.q(2 * c + 1)), spread_scale(scales8, 2 * c + 1)));
     }
-    finish_block(acc, lanes, mins, block_d(p), block_neg_dmin(p), a);
+    *sum_lanes = lanes;
+    *min_lanes = _mm256_madd_epi16(mins, a.bsums());
   }
-  static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
+  static void mac_direct(Acc& acc, const uint8_t* row, int64_t s, const A& a) {
+    const uint8_t* p = row + s * kBlockBytes;
+    __m256i sum_lanes, min_lanes;
+    direct_sums(p, a, &sum_lanes, &min_lanes);
+    int32_t sum = 0, min_sum = 0;
+    hsum2_epi32(sum_lanes, min_lanes, &sum, &min_sum);
+    const float d = a.d_scalar();
+    acc = fma1(float(sum), block_d(p) * d, acc);
+    acc = fma1(float(min_sum), block_neg_dmin(p) * d, acc);
+  }
+  // mac_direct for two rows, their four sums reduced together (decode runs 2 rows at a time):
+  // the same float operations per row, in vector lanes.
+  static void mac_direct2(Acc& acc0, Acc& acc1, const uint8_t* row0, const uint8_t* row1, int64_t s, const A& a) {
+    const uint8_t* p0 = row0 + s * kBlockBytes;
+    const uint8_t* p1 = row1 + s * kBlockBytes;
+    __m256i sum0, min0, sum1, min1;
+    direct_sums(p0, a, &sum0, &min0);
+    direct_sums(p1, a, &sum1, &min1);
+    // S0 S1 M0 M1, from lanes 0-3 and 4-7 of one hadd tree.
+    const __m256i quads = _mm256_hadd_epi32(_mm256_hadd_epi32(sum0, sum1), _mm256_hadd_epi32(min0, min1));
+    const __m128 sums = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(quads), _mm256_extracti128_si256(quads, 1)));
+    const __m128 scale = _mm_mul_ps(_mm_setr_ps(block_d(p0), block_d(p1), block_neg_dmin(p0), block_neg_dmin(p1)),
+                                    _mm_set1_ps(a.d_scalar()));
+    __m128 acc = _mm_setr_ps(acc0, acc1, 0.0f, 0.0f);
+    acc = _mm_fmadd_ps(sums, scale, acc);
+    acc = _mm_fmadd_ps(_mm_movehl_ps(sums, sums), _mm_movehl_ps(scale, scale), acc);
+    acc0 = _mm_cvtss_f32(acc);
+    acc1 = _mm_cvtss_f32(_mm_movehdup_ps(acc));
+  }
+  static float finish(Acc acc, const uint8_t*) { return acc; }
 };
+
+// Q4_K/Q5_K prefill (n >= kInterleavedTokens): 4 weight rows are decoded per super-block into an
+// L1 buffer interleaved 8 bytes at a time (vector g of sub-block j = elements 32j + 8g .. + 7 of
+// rows 0, 1, 2, 3), so one maddubs against a token's 8 activation bytes broadcast serves 4 rows,
+// and the 4 maddubs of a sub-block add up in int16 (at most 4 x 2 x 31 x 127 < 32767) before
+// ONE madd with the 4 rows' scales: 40 integer multiplies per 4 rows x 256 elements x token
+// instead of 64, and the integer multiplier is what limits these kernels on Zen 3 (tile shapes
+// did not matter). Each (row, token) ends a super-block with the exact sums S and M and the same
+// float tail as mac/mac_direct (finish_block), so results are bitwise those of decode.
+struct Interleaved4Block {
+  __m256i levels[8][4];  // [sub-block j][group g]: 4 rows x 8 levels
+  __m256i scales[8];     // [j]: row r's scale in int16 lanes 4r .. 4r + 3
+  __m256i mins[4];       // [row]: the min of each of the 16 bsums' sub-block
+  __m128 d, neg_dmin;    // [row]
+};
+
+constexpr int kInterleavedTokens = 4;  // tokens per tile
+constexpr int64_t kInterleavedChunk = 8;  // super-blocks decoded at a time: 11.5 KB
+
+// out[g] = bytes 8g .. 8g + 7 of l[0], l[1], l[2], l[3] (a 4 x 4 transpose of 64-bit elements).
+inline void interleave_rows(const __m256i l[4], __m256i out[4]) {
+  const __m256i lo01 = _mm256_unpacklo_epi64(l[0], l[1]), hi01 = _mm256_unpackhi_epi64(l[0], l[1]);
+  const __m256i lo23 = _mm256_unpacklo_epi64(l[2], l[3]), hi23 = _mm256_unpackhi_epi64(l[2], l[3]);
+  out[0] = _mm256_permute2x128_si256(lo01, lo23, 0x20);
+  out[1] = _mm256_permute2x128_si256(hi01, hi23, 0x20);
+  out[2] = _mm256_permute2x128_si256(lo01, lo23, 0x31);
+  out[3] = _mm256_permute2x128_si256(hi01, hi23, 0x31);
+}
+
+template <bool kFiveBit>
+void interleave_block(const uint8_t* w, int64_t w_stride, int64_t s, Interleaved4Block& out) {
+  using K = Q45KKernel<kFiveBit>;
+  const uint8_t* p[4];
+  alignas(16) float d[4], neg_dmin[4];
+  alignas(32) int16_t scales[8][16];
+  for (int r = 0; r < 4; ++r) {
+    p[r] = w + r * w_stride + s * K::kBlockBytes;
+    d[r] = K::block_d(p[r]);
+    neg_dmin[r] = K::block_neg_dmin(p[r]);
+    uint64_t scale_bytes, min_bytes;
+    unpack_scales_mins(p[r] + 4, &scale_bytes, &min_bytes);
+    for (int j = 0; j < 8; ++j) {
+      for (int i = 0; i < 4; ++i) scales[j][4 * r + i] = int16_t((scale_bytes >> (8 * j)) & 0xff);
+    }
+    __m256i scales8;
+    K::block_scales(p[r], &scales8, &out.mins[r]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    __m256i even[4], odd[4];
+    for (int r = 0; r < 4; ++r) K::levels_pair(p[r], c, &even[r], &odd[r]);
+    interleave_rows(even, out.levels[2 * c]);
+    interleave_rows(odd, out.levels[2 * c + 1]);
+  }
+  for (int j = 0; j < 8; ++j) out.scales[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(scales[j]));
+  out.d = _mm_load_ps(d);
+  out.neg_dmin = _mm_load_ps(neg_dmin);
+}
+
+// T tokens (activation rows act + t * act_stride, at the chunk's first super-block) against the
+// chunk's `count` interleaved super-blocks; acc[t] holds the 4 rows' sums of token t.
+template <int T>
+void interleaved_tile(const Interleaved4Block* pack, int64_t count, const uint8_t* act, int64_t act_stride,
+                      bool first_chunk, __m128* acc_io) {
+  __m128 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = first_chunk ? _mm_setzero_ps() : acc_io[t];
+  for (int64_t s = 0; s < count; ++s) {
+    const Interleaved4Block& b = pack[s];
+    const uint8_t* a[T];
+    for (int t = 0; t < T; ++t) a[t] = act + t * act_stride + s * Q8KLayout::kBlockBytes;
+    __m256i sums[T];
+    for (int t = 0; t < T; ++t) sums[t] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      __m256i s16[T];
+      for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
+      for (int g = 0; g < 4; ++g) {
+        const __m256i w = b.levels[j][g];
+        for (int t = 0; t < T; ++t) {
+          int64_t bytes;
+          std::memcpy(&bytes, a[t] + Q8KLayout::kQs + 32 * j + 8 * g, 8);
+          s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(w, _mm256_set1_epi64x(bytes)));
+        }
+      }
+      for (int t = 0; t < T; ++t) sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(s16[t], b.scales[j]));
+    }
+    for (int t = 0; t < T; ++t) {
+      // Row r's S is in int32 lanes 2r, 2r + 1; its M in the 8 lanes of mins[r] . bsums.
+      const __m256i pairs = _mm256_hadd_epi32(sums[t], sums[t]);
+      const __m128i sum = _mm_unpacklo_epi64(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+      const __m256i bsums = load256(a[t] + Q8KLayout::kBsums);
+      const __m256i m01 = _mm256_hadd_epi32(_mm256_madd_epi16(b.mins[0], bsums), _mm256_madd_epi16(b.mins[1], bsums));
+      const __m256i m23 = _mm256_hadd_epi32(_mm256_madd_epi16(b.mins[2], bsums), _mm256_madd_epi16(b.mins[3], bsums));
+      const __m256i m = _mm256_hadd_epi32(m01, m23);
+      const __m128i min_sum = _mm_add_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+      const __m128 da = _mm_set1_ps(load_f32(a[t] + Q8KLayout::kScale));
+      acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum), _mm_mul_ps(b.d, da), acc[t]);
+      acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(min_sum), _mm_mul_ps(b.neg_dmin, da), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) acc_io[t] = acc[t];
+}
+
+// The MatmulTileFn of Q4_K (kFiveBit false) and Q5_K.
+template <bool kFiveBit>
+void q45k_matmul(const uint8_t* weights, int64_t weight_row_bytes, int64_t rows, const uint8_t* activations,
+                 int64_t act_row_bytes, int64_t n, int64_t k, float* y, int64_t y_stride) {
+  using K = Q45KKernel<kFiveBit>;
+  const int64_t rows4 = n >= kInterleavedTokens ? rows / 4 * 4 : 0;
+  if (rows4 < rows) {  // decode, small batches and the last rows: the row-major kernel
+    matmul_tile<K>(weights + rows4 * weight_row_bytes, weight_row_bytes, rows - rows4, activations, act_row_bytes,
+                   n, k, y + rows4, y_stride);
+  }
+  if (rows4 == 0) return;
+  const int64_t steps = k / 256;
+  // As many tokens as keep their activations in L2 (kernels_tile.h), at most kPackedTokens.
+  int64_t block = kTokenBlockBytes / act_row_bytes;
+  block = block < kInterleavedTokens ? kInterleavedTokens : block > kPackedTokens ? kPackedTokens : block;
+  alignas(64) Interleaved4Block pack[kInterleavedChunk];
+  __m128 acc[kPackedTokens];
+  for (int64_t t0 = 0; t0 < n; t0 += block) {
+    const int64_t nt = n - t0 < block ? n - t0 : block;
+    const uint8_t* a0 = activations + t0 * act_row_bytes;
+    for (int64_t r = 0; r < rows4; r += 4) {
+      const uint8_t* w = weights + r * weight_row_bytes;
+      for (int64_t s0 = 0; s0 < steps; s0 += kInterleavedChunk) {
+        const int64_t count = steps - s0 < kInterleavedChunk ? steps - s0 : kInterleavedChunk;
+        for (int64_t s = 0; s < count; ++s) interleave_block<kFiveBit>(w, weight_row_bytes, s0 + s, pack[s]);
+        const uint8_t* a = a0 + s0 * Q8KLayout::kBlockBytes;
+        const bool first = s0 == 0;
+        int64_t t = 0;
+        for (; t + kInterleavedTokens <= nt; t += kInterleavedTokens) {
+          interleaved_tile<kInterleavedTokens>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t);
+        }
+        switch (nt - t) {
+          case 1: interleaved_tile<1>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
+          case 2: interleaved_tile<2>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
+          case 3: interleaved_tile<3>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
+          default: break;
+        }
+      }
+      for (int64_t t = 0; t < nt; ++t) _mm_storeu_ps(y + (t0 + t) * y_stride + r, acc[t]);
+    }
+  }
+}
 
 // Q6_K: element e of a super-block is q_e - 32 with q_e = 6 bits (low 4 in ql, top 2 in qh), times
 // the int8 scale of its 16-element group. The levels stay q (unsigned, so maddubs takes them as
@@ -221,8 +414,8 @@ struct Q6KKernel {
   static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
 
-constexpr FormatKernels kQ4K{DType::Q4_K, Q8KLayout::row_bytes, convert_q8_k, matmul_tile<Q45KKernel<false>>};
-constexpr FormatKernels kQ5K{DType::Q5_K, Q8KLayout::row_bytes, convert_q8_k, matmul_tile<Q45KKernel<true>>};
+constexpr FormatKernels kQ4K{DType::Q4_K, Q8KLayout::row_bytes, convert_q8_k, q45k_matmul<false>};
+constexpr FormatKernels kQ5K{DType::Q5_K, Q8KLayout::row_bytes, convert_q8_k, q45k_matmul<true>};
 constexpr FormatKernels kQ6K{DType::Q6_K, Q8KLayout::row_bytes, convert_q8_k, matmul_tile<Q6KKernel>};
 
 }  // namespace

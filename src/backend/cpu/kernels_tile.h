@@ -34,6 +34,9 @@
 //                            registers); one-token tiles use it for their direct steps. It must
 //                            run the same arithmetic as load_w + mac (integer sums in any order,
 //                            the same float operations in the same order).
+//   K::mac_direct2(acc0, acc1, row0, row1, s, a)  optional: mac_direct for two rows at once (tiles
+//                            of an even number of rows use it), with the same float operations
+//                            per row as mac_direct.
 //
 // Batch invariance: every (row, token) pair owns one Acc that sees exactly the same sequence of
 // mac() calls — steps 0, 1, ..., last — and the same finish(), whichever tile shape, tile position
@@ -90,8 +93,15 @@ void micro_tile(const uint8_t* w, int64_t w_stride, const uint8_t* a, int64_t a_
     if constexpr (T == 1 && requires { K::kStepBytes; }) prefetch_next_tile<K, R>(w, w_stride, s);
     if constexpr (T == 1 && requires { K::mac_direct; }) {
       const typename K::A av = K::load_a(a, s);
+      if constexpr (R % 2 == 0 && requires { K::mac_direct2; }) {
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) K::mac_direct(acc[r][0], w + r * w_stride, s, av);
+        for (int r = 0; r < R; r += 2) {
+          K::mac_direct2(acc[r][0], acc[r + 1][0], w + r * w_stride, w + (r + 1) * w_stride, s, av);
+        }
+      } else {
+#pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) K::mac_direct(acc[r][0], w + r * w_stride, s, av);
+      }
       continue;
     }
     typename K::W wv[R];

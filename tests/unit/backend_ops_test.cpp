@@ -75,14 +75,16 @@ const WeightFormat& activation_format(const WeightFormat& format) {
 }
 
 // Row lengths to test: 1, 3, 5, ... blocks of the larger of the weight and activation blocks,
-// plus a few lengths that leave a partial vector step.
+// plus a few lengths that leave a partial vector step, and for 256-element blocks one of 11
+// super-blocks: more than the 8 that the AVX2 Q4_K/Q5_K prefill tiles decode at a time, so their
+// accumulators are carried from one chunk to the next.
 std::vector<int64_t> lengths_for(const WeightFormat& format) {
   const int64_t block = std::max(format.block_size, activation_format(format).block_size);
   if (block == 1) return {1, 7, 16, 33, 100, 173, 515};
   if (block == 32) return {32, 64, 96, 160, 288, 544};
   if (block == 64) return {64, 192, 320};
   if (block == 128) return {128, 384, 640};
-  return {256, 768, 1280};
+  return {256, 768, 1280, 2816};
 }
 
 // Formats with a min term: offsets (in each block) of the F16 scale and min fields.

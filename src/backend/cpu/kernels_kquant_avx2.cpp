@@ -218,18 +218,24 @@ void interleave_block(const uint8_t* w, int64_t w_stride, int64_t s, Interleaved
   using K = Q45KKernel<kFiveBit>;
   const uint8_t* p[4];
   alignas(16) float d[4], neg_dmin[4];
-  alignas(32) int16_t scales[8][16];
+  int64_t scale_bytes[4];  // row r's 8 sub-block scales, one byte each
   for (int r = 0; r < 4; ++r) {
     p[r] = w + r * w_stride + s * K::kBlockBytes;
     d[r] = K::block_d(p[r]);
     neg_dmin[r] = K::block_neg_dmin(p[r]);
-    uint64_t scale_bytes, min_bytes;
-    unpack_scales_mins(p[r] + 4, &scale_bytes, &min_bytes);
-    for (int j = 0; j < 8; ++j) {
-      for (int i = 0; i < 4; ++i) scales[j][4 * r + i] = int16_t((scale_bytes >> (8 * j)) & 0xff);
-    }
+    uint64_t scales, min_bytes;
+    unpack_scales_mins(p[r] + 4, &scales, &min_bytes);
+    scale_bytes[r] = int64_t(scales);
     __m256i scales8;
     K::block_scales(p[r], &scales8, &out.mins[r]);
+  }
+  // Scale j of rows 0, 1 (bytes j, 8 + j of the low half) and 2, 3 (the high half), each zero-
+  // extended into 4 int16 lanes: one byte shuffle per sub-block (control bytes >= 0x80 give 0).
+  const __m256i all_scales = _mm256_setr_epi64x(scale_bytes[0], scale_bytes[1], scale_bytes[2], scale_bytes[3]);
+  const __m256i spread = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128,
+                                          0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128);
+  for (int j = 0; j < 8; ++j) {
+    out.scales[j] = _mm256_shuffle_epi8(all_scales, _mm256_add_epi8(spread, _mm256_set1_epi8(char(j))));
   }
   for (int c = 0; c < 4; ++c) {
     __m256i even[4], odd[4];
@@ -237,7 +243,6 @@ void interleave_block(const uint8_t* w, int64_t w_stride, int64_t s, Interleaved
     interleave_rows(even, out.levels[2 * c]);
     interleave_rows(odd, out.levels[2 * c + 1]);
   }
-  for (int j = 0; j < 8; ++j) out.scales[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(scales[j]));
   out.d = _mm_load_ps(d);
   out.neg_dmin = _mm_load_ps(neg_dmin);
 }

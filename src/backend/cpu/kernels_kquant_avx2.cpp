@@ -6,16 +6,14 @@
 // dmin * min * bsum; Q6_K, stored as q + 32, subtracts 32 * scale * bsum per 16-element group,
 // both through one madd with the activation's bsums.
 //
-// Q4_K/Q5_K: every path reduces a super-block to its two exact integer sums per (row, token) and
-// ends with the same two scalar FMAs (finish_block), so decode, small batches and the interleaved
-// prefill tiles (q45k_matmul, below: 4 rows interleaved 8 bytes at a time, 4 maddubs per madd;
-// one Zen 3 core, n = 512: 78-85 -> 97-133 GFLOP/s) give bitwise the same results. Q6_K keeps 8
-// float lanes per (row, token) and one F32 multiply-add per super-block; its batches (n > 1)
-// decode 4-row tiles once per 8-step chunk into an L1 buffer shared by a whole token block
-// (kernels_tile.h). Decode (n = 1) runs 2 rows at a time through mac_direct(2), which decodes and
-// multiplies 32 bytes at a time without storing the decoded block: the same integer sums and the
-// same float operations as load_w + mac. Sub-block scales come from one vector by a byte shuffle
-// each, not a broadcast each.
+// Every path reduces a super-block to its exact integer sums per (row, token) and ends with the
+// same scalar FMAs (the kernels' finish_block), so decode, small batches and the interleaved
+// prefill tiles (interleaved_matmul, below: 4 rows interleaved 8 bytes at a time, so several
+// maddubs share one madd with the scales) give bitwise the same results. One Zen 3 core, n = 512:
+// Q4_K 78-85 -> 97-133 GFLOP/s, Q6_K 97-100 -> 112-122. Decode (n = 1) runs 2 rows at a time
+// through mac_direct2, which decodes and multiplies 32 bytes at a time without storing the
+// decoded block and reduces both rows' sums in one hadd tree; sub-block scales come from one
+// vector by a byte shuffle each, not a broadcast each.
 #include "backend/cpu/kernels_isa.h"
 #include "backend/cpu/kernels_q8k_common.h"
 #include "backend/cpu/kernels_simd_avx2.h"
@@ -67,7 +65,7 @@ inline __m256i spread_scale(__m256i scales8, int j) {
 template <bool kFiveBit>
 struct Q45KKernel {
   static constexpr int64_t kBlockBytes = kFiveBit ? 176 : 144, kStepBytes = kBlockBytes;
-  static constexpr int kRows = 4, kTokens = 2, kDecodeRows = 2;  // n >= 4: q45k_matmul (below)
+  static constexpr int kRows = 4, kTokens = 2, kDecodeRows = 2;  // n >= 4: Q45KInterleave (below)
   using Acc = float;
   using A = KquantActivation;
   struct W {
@@ -290,22 +288,36 @@ void interleaved_tile(const Interleaved4Block* pack, int64_t count, const uint8_
   for (int t = 0; t < T; ++t) acc_io[t] = acc[t];
 }
 
-// The MatmulTileFn of Q4_K (kFiveBit false) and Q5_K.
 template <bool kFiveBit>
-void q45k_matmul(const uint8_t* weights, int64_t weight_row_bytes, int64_t rows, const uint8_t* activations,
-                 int64_t act_row_bytes, int64_t n, int64_t k, float* y, int64_t y_stride) {
-  using K = Q45KKernel<kFiveBit>;
+struct Q45KInterleave {
+  using Kernel = Q45KKernel<kFiveBit>;
+  using Block = Interleaved4Block;
+  static void interleave(const uint8_t* w, int64_t w_stride, int64_t s, Block& out) {
+    interleave_block<kFiveBit>(w, w_stride, s, out);
+  }
+  template <int T>
+  static void tile(const Block* pack, int64_t count, const uint8_t* act, int64_t act_stride, bool first, __m128* acc) {
+    interleaved_tile<T>(pack, count, act, act_stride, first, acc);
+  }
+};
+
+// The MatmulTileFn of an interleaved format P (Q45KInterleave, Q6KInterleave): tiles of 4 rows x
+// kInterleavedTokens tokens over chunks of kInterleavedChunk super-blocks decoded by P::interleave;
+// decode, batches under kInterleavedTokens and the last rows % 4 run P::Kernel's row-major tiles.
+template <class P>
+void interleaved_matmul(const uint8_t* weights, int64_t weight_row_bytes, int64_t rows, const uint8_t* activations,
+                        int64_t act_row_bytes, int64_t n, int64_t k, float* y, int64_t y_stride) {
   const int64_t rows4 = n >= kInterleavedTokens ? rows / 4 * 4 : 0;
-  if (rows4 < rows) {  // decode, small batches and the last rows: the row-major kernel
-    matmul_tile<K>(weights + rows4 * weight_row_bytes, weight_row_bytes, rows - rows4, activations, act_row_bytes,
-                   n, k, y + rows4, y_stride);
+  if (rows4 < rows) {
+    matmul_tile<typename P::Kernel>(weights + rows4 * weight_row_bytes, weight_row_bytes, rows - rows4, activations,
+                                    act_row_bytes, n, k, y + rows4, y_stride);
   }
   if (rows4 == 0) return;
   const int64_t steps = k / 256;
   // As many tokens as keep their activations in L2 (kernels_tile.h), at most kPackedTokens.
   int64_t block = kTokenBlockBytes / act_row_bytes;
   block = block < kInterleavedTokens ? kInterleavedTokens : block > kPackedTokens ? kPackedTokens : block;
-  alignas(64) Interleaved4Block pack[kInterleavedChunk];
+  alignas(64) typename P::Block pack[kInterleavedChunk];
   __m128 acc[kPackedTokens];
   for (int64_t t0 = 0; t0 < n; t0 += block) {
     const int64_t nt = n - t0 < block ? n - t0 : block;
@@ -314,17 +326,17 @@ void q45k_matmul(const uint8_t* weights, int64_t weight_row_bytes, int64_t rows,
       const uint8_t* w = weights + r * weight_row_bytes;
       for (int64_t s0 = 0; s0 < steps; s0 += kInterleavedChunk) {
         const int64_t count = steps - s0 < kInterleavedChunk ? steps - s0 : kInterleavedChunk;
-        for (int64_t s = 0; s < count; ++s) interleave_block<kFiveBit>(w, weight_row_bytes, s0 + s, pack[s]);
+        for (int64_t s = 0; s < count; ++s) P::interleave(w, weight_row_bytes, s0 + s, pack[s]);
         const uint8_t* a = a0 + s0 * Q8KLayout::kBlockBytes;
         const bool first = s0 == 0;
         int64_t t = 0;
         for (; t + kInterleavedTokens <= nt; t += kInterleavedTokens) {
-          interleaved_tile<kInterleavedTokens>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t);
+          P::template tile<kInterleavedTokens>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t);
         }
         switch (nt - t) {
-          case 1: interleaved_tile<1>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
-          case 2: interleaved_tile<2>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
-          case 3: interleaved_tile<3>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
+          case 1: P::template tile<1>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
+          case 2: P::template tile<2>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
+          case 3: P::template tile<3>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
           default: break;
         }
       }
@@ -338,18 +350,18 @@ void q45k_matmul(const uint8_t* weights, int64_t weight_row_bytes, int64_t rows,
 // its unsigned operand against the signed activations) and 32 * sum_g scale_g * bsum_g comes off.
 struct Q6KKernel {
   static constexpr int64_t kBlockBytes = 210, kStepBytes = kBlockBytes;
-  static constexpr int kRows = 4, kTokens = 2, kDecodeRows = 2, kPackSteps = 8;  // see the top
-  using Acc = __m256;
+  static constexpr int kRows = 4, kTokens = 2, kDecodeRows = 2;  // n >= 4: Q6KInterleave (below)
+  using Acc = float;
   using A = KquantActivation;
   struct W {
     __m256i levels[8];  // q; vector 4h + q: elements 128h + 32q .. + 31
     __m256i scales[8];  // sub-block scale of each int16 pair (two sub-blocks per vector)
     __m256i scales16;   // the 16 group scales as int16, for the bsums correction
-    __m256 d;
+    float d;
   };
   static int64_t steps(int64_t k) { return k / 256; }
   static int64_t direct_steps(int64_t k) { return k / 256; }
-  static Acc zero() { return _mm256_setzero_ps(); }
+  static Acc zero() { return 0.0f; }
 
   // The 16 group scales as int16 (group g in lane g).
   static __m256i group_scales(const uint8_t* p) {
@@ -374,11 +386,17 @@ struct Q6KKernel {
     out[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                              _mm256_and_si256(_mm256_srli_epi16(qh, 2), top2));
   }
-  static __m256 block_d(const uint8_t* p) { return _mm256_set1_ps(fp16_to_f32(load_u16(p + 208))); }
-  // lanes - 32 * sum_g scale_g * bsum_g, then acc += d * d_a * that (mac and mac_direct end here).
-  static void finish_block(Acc& acc, __m256i lanes, __m256i scales16, __m256 d, const A& a) {
-    lanes = _mm256_sub_epi32(lanes, _mm256_slli_epi32(_mm256_madd_epi16(scales16, a.bsums()), 5));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_mul_ps(d, a.d()), acc);
+  static float block_d(const uint8_t* p) { return fp16_to_f32(load_u16(p + 208)); }
+  // lanes - 32 * sum_g scale_g * bsum_g: the integer lanes of the super-block's exact sum S.
+  static __m256i corrected(__m256i lanes, __m256i scales16, const A& a) {
+    return _mm256_sub_epi32(lanes, _mm256_slli_epi32(_mm256_madd_epi16(scales16, a.bsums()), 5));
+  }
+  // acc = fma(S, d * d_a, acc): the float tail of every Q6_K path (mac, mac_direct(2), the
+  // interleaved tiles), so all give bitwise the same result.
+  static void finish_block(Acc& acc, __m256i lanes, __m256i scales16, float d, const A& a) {
+    int32_t sum = 0, unused = 0;
+    hsum2_epi32(corrected(lanes, scales16, a), _mm256_setzero_si256(), &sum, &unused);
+    acc = fma1(float(sum), d * a.d_scalar(), acc);
   }
 
   static W load_w(const uint8_t* row, int64_t s) {
@@ -401,9 +419,8 @@ struct Q6KKernel {
     }
     finish_block(acc, lanes, w.scales16, w.d, a);
   }
-  // load_w + mac for one token, decoding half a super-block at a time (see the top).
-  static void mac_direct(Acc& acc, const uint8_t* row, int64_t s, const A& a) {
-    const uint8_t* p = row + s * kBlockBytes;
+  // The integer lanes of S for super-block p, decoding half a super-block at a time.
+  static __m256i direct_lanes(const uint8_t* p, const A& a) {
     const __m256i scales16 = group_scales(p);
     __m256i lanes = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
@@ -414,14 +431,121 @@ struct Q6KKernel {
         lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(levels[q], a.q(v)), vector_scales(scales16, v)));
       }
     }
-    finish_block(acc, lanes, scales16, block_d(p), a);
+    return corrected(lanes, scales16, a);
   }
-  static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
+  // load_w + mac for one token (see the top).
+  static void mac_direct(Acc& acc, const uint8_t* row, int64_t s, const A& a) {
+    const uint8_t* p = row + s * kBlockBytes;
+    int32_t sum = 0, unused = 0;
+    hsum2_epi32(direct_lanes(p, a), _mm256_setzero_si256(), &sum, &unused);
+    acc = fma1(float(sum), block_d(p) * a.d_scalar(), acc);
+  }
+  // mac_direct for two rows, their sums reduced together.
+  static void mac_direct2(Acc& acc0, Acc& acc1, const uint8_t* row0, const uint8_t* row1, int64_t s, const A& a) {
+    const uint8_t* p0 = row0 + s * kBlockBytes;
+    const uint8_t* p1 = row1 + s * kBlockBytes;
+    const __m256i pairs = _mm256_hadd_epi32(direct_lanes(p0, a), direct_lanes(p1, a));
+    __m128i quads = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+    quads = _mm_hadd_epi32(quads, quads);  // S0 S1 S0 S1
+    const __m128 scale = _mm_mul_ps(_mm_setr_ps(block_d(p0), block_d(p1), 0.0f, 0.0f), _mm_set1_ps(a.d_scalar()));
+    const __m128 acc = _mm_fmadd_ps(_mm_cvtepi32_ps(quads), scale, _mm_setr_ps(acc0, acc1, 0.0f, 0.0f));
+    acc0 = _mm_cvtss_f32(acc);
+    acc1 = _mm_cvtss_f32(_mm_movehdup_ps(acc));
+  }
+  static float finish(Acc acc, const uint8_t*) { return acc; }
 };
 
-constexpr FormatKernels kQ4K{DType::Q4_K, Q8KLayout::row_bytes, convert_q8_k, q45k_matmul<false>};
-constexpr FormatKernels kQ5K{DType::Q5_K, Q8KLayout::row_bytes, convert_q8_k, q45k_matmul<true>};
-constexpr FormatKernels kQ6K{DType::Q6_K, Q8KLayout::row_bytes, convert_q8_k, matmul_tile<Q6KKernel>};
+// Q6_K prefill tiles: as Q4_K's (Interleaved4Block), 4 rows interleaved 8 bytes at a time; a
+// 16-element group is 2 vectors whose maddubs add up in int16 (2 x 2 x 63 x 127 < 32767) before
+// one madd with the 4 rows' group scales: 48 integer multiplies per 4 rows x 256 x token
+// instead of 64, plus 4 for the bsums correction.
+struct Interleaved4Q6Block {
+  __m256i levels[8][4];  // [v][g]: elements 32v + 8g .. + 7 of rows 0, 1, 2, 3
+  __m256i scales[16];    // [group]: row r's scale (sign-extended) in int16 lanes 4r .. 4r + 3
+  __m256i scales16[4];   // [row]: its 16 group scales, for the bsums correction
+  __m128 d;              // [row]
+};
+
+struct Q6KInterleave {
+  using Kernel = Q6KKernel;
+  using Block = Interleaved4Q6Block;
+  static void interleave(const uint8_t* w, int64_t w_stride, int64_t s, Block& out) {
+    const uint8_t* p[4];
+    alignas(16) float d[4];
+    for (int r = 0; r < 4; ++r) {
+      p[r] = w + r * w_stride + s * Q6KKernel::kBlockBytes;
+      d[r] = Q6KKernel::block_d(p[r]);
+      out.scales16[r] = Q6KKernel::group_scales(p[r]);
+    }
+    for (int h = 0; h < 2; ++h) {
+      __m256i levels[4][4];  // [row][q]
+      for (int r = 0; r < 4; ++r) Q6KKernel::levels_half(p[r], h, levels[r]);
+      for (int q = 0; q < 4; ++q) {
+        const __m256i rows[4] = {levels[0][q], levels[1][q], levels[2][q], levels[3][q]};
+        interleave_rows(rows, out.levels[4 * h + q]);
+      }
+    }
+    // Group scale G of rows 0 and 2 (from `even`: row 0 | row 2) into the high byte of int16 lanes
+    // 0-3 of each half, of rows 1 and 3 (`odd`) into lanes 4-7; an arithmetic shift sign-extends.
+    const __m256i even = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(p[2] + 192),
+                                             reinterpret_cast<const __m128i*>(p[0] + 192));
+    const __m256i odd = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(p[3] + 192),
+                                            reinterpret_cast<const __m128i*>(p[1] + 192));
+    const __m256i first = _mm256_setr_epi8(-128, 0, -128, 0, -128, 0, -128, 0, -128, -128, -128, -128, -128, -128, -128, -128,
+                                           -128, 0, -128, 0, -128, 0, -128, 0, -128, -128, -128, -128, -128, -128, -128, -128);
+    const __m256i second = _mm256_setr_epi8(-128, -128, -128, -128, -128, -128, -128, -128, -128, 0, -128, 0, -128, 0, -128, 0,
+                                            -128, -128, -128, -128, -128, -128, -128, -128, -128, 0, -128, 0, -128, 0, -128, 0);
+    for (int g = 0; g < 16; ++g) {
+      const __m256i add = _mm256_set1_epi8(char(g));
+      const __m256i high = _mm256_or_si256(_mm256_shuffle_epi8(even, _mm256_add_epi8(first, add)),
+                                           _mm256_shuffle_epi8(odd, _mm256_add_epi8(second, add)));
+      out.scales[g] = _mm256_srai_epi16(high, 8);
+    }
+    out.d = _mm_load_ps(d);
+  }
+  template <int T>
+  static void tile(const Block* pack, int64_t count, const uint8_t* act, int64_t act_stride, bool first_chunk,
+                   __m128* acc_io) {
+    __m128 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = first_chunk ? _mm_setzero_ps() : acc_io[t];
+    for (int64_t s = 0; s < count; ++s) {
+      const Block& b = pack[s];
+      const uint8_t* a[T];
+      for (int t = 0; t < T; ++t) a[t] = act + t * act_stride + s * Q8KLayout::kBlockBytes;
+      __m256i sums[T];
+      for (int t = 0; t < T; ++t) sums[t] = _mm256_setzero_si256();
+      for (int group = 0; group < 16; ++group) {
+        const __m256i w0 = b.levels[group / 2][2 * (group % 2)], w1 = b.levels[group / 2][2 * (group % 2) + 1];
+        for (int t = 0; t < T; ++t) {
+          int64_t lo, hi;
+          std::memcpy(&lo, a[t] + Q8KLayout::kQs + 16 * group, 8);
+          std::memcpy(&hi, a[t] + Q8KLayout::kQs + 16 * group + 8, 8);
+          const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, _mm256_set1_epi64x(lo)),
+                                               _mm256_maddubs_epi16(w1, _mm256_set1_epi64x(hi)));
+          sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(s16, b.scales[group]));
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        // Row r's lanes: 2r, 2r + 1 of sums; its correction: the 8 lanes of scales16[r] . bsums.
+        const __m256i pairs = _mm256_hadd_epi32(sums[t], sums[t]);
+        const __m128i sum = _mm_unpacklo_epi64(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+        const __m256i bsums = load256(a[t] + Q8KLayout::kBsums);
+        const __m256i c01 = _mm256_hadd_epi32(_mm256_madd_epi16(b.scales16[0], bsums), _mm256_madd_epi16(b.scales16[1], bsums));
+        const __m256i c23 = _mm256_hadd_epi32(_mm256_madd_epi16(b.scales16[2], bsums), _mm256_madd_epi16(b.scales16[3], bsums));
+        const __m256i c = _mm256_hadd_epi32(c01, c23);
+        const __m128i correction = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+        const __m128i total = _mm_sub_epi32(sum, _mm_slli_epi32(correction, 5));
+        const __m128 da = _mm_set1_ps(load_f32(a[t] + Q8KLayout::kScale));
+        acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(total), _mm_mul_ps(b.d, da), acc[t]);
+      }
+    }
+    for (int t = 0; t < T; ++t) acc_io[t] = acc[t];
+  }
+};
+
+constexpr FormatKernels kQ4K{DType::Q4_K, Q8KLayout::row_bytes, convert_q8_k, interleaved_matmul<Q45KInterleave<false>>};
+constexpr FormatKernels kQ5K{DType::Q5_K, Q8KLayout::row_bytes, convert_q8_k, interleaved_matmul<Q45KInterleave<true>>};
+constexpr FormatKernels kQ6K{DType::Q6_K, Q8KLayout::row_bytes, convert_q8_k, interleaved_matmul<Q6KInterleave>};
 
 }  // namespace
 

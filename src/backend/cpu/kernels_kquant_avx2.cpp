@@ -211,6 +211,20 @@ inline void interleave_rows(const __m256i l[4], __m256i out[4]) {
   out[3] = _mm256_permute2x128_si256(hi01, hi23, 0x31);
 }
 
+// (sum of row r's int32 lanes 2r, 2r + 1 of v) for rows 0..3: the interleaved tiles' layout.
+inline __m128i row_sums4(__m256i v) {
+  const __m256i pairs = _mm256_hadd_epi32(v, v);
+  return _mm_unpacklo_epi64(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+}
+
+// (x[0] . b, x[1] . b, x[2] . b, x[3] . b) over 16 int16 lanes each, as exact int32 sums.
+inline __m128i dots4_epi16(const __m256i x[4], __m256i b) {
+  const __m256i x01 = _mm256_hadd_epi32(_mm256_madd_epi16(x[0], b), _mm256_madd_epi16(x[1], b));
+  const __m256i x23 = _mm256_hadd_epi32(_mm256_madd_epi16(x[2], b), _mm256_madd_epi16(x[3], b));
+  const __m256i quads = _mm256_hadd_epi32(x01, x23);
+  return _mm_add_epi32(_mm256_castsi256_si128(quads), _mm256_extracti128_si256(quads, 1));
+}
+
 template <bool kFiveBit>
 void interleave_block(const uint8_t* w, int64_t w_stride, int64_t s, Interleaved4Block& out) {
   using K = Q45KKernel<kFiveBit>;
@@ -272,14 +286,9 @@ void interleaved_tile(const Interleaved4Block* pack, int64_t count, const uint8_
       for (int t = 0; t < T; ++t) sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(s16[t], b.scales[j]));
     }
     for (int t = 0; t < T; ++t) {
-      // Row r's S is in int32 lanes 2r, 2r + 1; its M in the 8 lanes of mins[r] . bsums.
-      const __m256i pairs = _mm256_hadd_epi32(sums[t], sums[t]);
-      const __m128i sum = _mm_unpacklo_epi64(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
-      const __m256i bsums = load256(a[t] + Q8KLayout::kBsums);
-      const __m256i m01 = _mm256_hadd_epi32(_mm256_madd_epi16(b.mins[0], bsums), _mm256_madd_epi16(b.mins[1], bsums));
-      const __m256i m23 = _mm256_hadd_epi32(_mm256_madd_epi16(b.mins[2], bsums), _mm256_madd_epi16(b.mins[3], bsums));
-      const __m256i m = _mm256_hadd_epi32(m01, m23);
-      const __m128i min_sum = _mm_add_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+      // Each row's S and M.
+      const __m128i sum = row_sums4(sums[t]);
+      const __m128i min_sum = dots4_epi16(b.mins, load256(a[t] + Q8KLayout::kBsums));
       const __m128 da = _mm_set1_ps(load_f32(a[t] + Q8KLayout::kScale));
       acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(sum), _mm_mul_ps(b.d, da), acc[t]);
       acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(min_sum), _mm_mul_ps(b.neg_dmin, da), acc[t]);
@@ -526,15 +535,9 @@ struct Q6KInterleave {
         }
       }
       for (int t = 0; t < T; ++t) {
-        // Row r's lanes: 2r, 2r + 1 of sums; its correction: the 8 lanes of scales16[r] . bsums.
-        const __m256i pairs = _mm256_hadd_epi32(sums[t], sums[t]);
-        const __m128i sum = _mm_unpacklo_epi64(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
-        const __m256i bsums = load256(a[t] + Q8KLayout::kBsums);
-        const __m256i c01 = _mm256_hadd_epi32(_mm256_madd_epi16(b.scales16[0], bsums), _mm256_madd_epi16(b.scales16[1], bsums));
-        const __m256i c23 = _mm256_hadd_epi32(_mm256_madd_epi16(b.scales16[2], bsums), _mm256_madd_epi16(b.scales16[3], bsums));
-        const __m256i c = _mm256_hadd_epi32(c01, c23);
-        const __m128i correction = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
-        const __m128i total = _mm_sub_epi32(sum, _mm_slli_epi32(correction, 5));
+        // Each row's sum minus 32 * its scales . bsums.
+        const __m128i correction = dots4_epi16(b.scales16, load256(a[t] + Q8KLayout::kBsums));
+        const __m128i total = _mm_sub_epi32(row_sums4(sums[t]), _mm_slli_epi32(correction, 5));
         const __m128 da = _mm_set1_ps(load_f32(a[t] + Q8KLayout::kScale));
         acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(total), _mm_mul_ps(b.d, da), acc[t]);
       }

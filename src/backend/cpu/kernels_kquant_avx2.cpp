@@ -29,13 +29,19 @@ struct KquantActivation {
   const uint8_t* block;
   __m256i q(int v) const { return load256(block + Q8KLayout::kQs + 32 * v); }
   __m256i bsums() const { return load256(block + Q8KLayout::kBsums); }
-  __m256 d() const { return _mm256_set1_ps(load_f32(block + Q8KLayout::kScale)); }
-  float d_scalar() const { return load_f32(block + Q8KLayout::kScale); }
+  float d() const { return load_f32(block + Q8KLayout::kScale); }
 };
 
 // a * b + c rounded once, as one lane of _mm_fmadd_ps (no std:: call in kernel files: kernels_tile.h).
 inline float fma1(float a, float b, float c) {
   return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+// The sum of v's 8 int32 lanes (exact).
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i quads = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  quads = _mm_add_epi32(quads, _mm_unpackhi_epi64(quads, quads));
+  return _mm_cvtsi128_si32(_mm_add_epi32(quads, _mm_shuffle_epi32(quads, 1)));
 }
 
 // The sums of a's and of b's 8 int32 lanes (exact: integer adds in any order give the same sum).
@@ -78,13 +84,17 @@ struct Q45KKernel {
   static int64_t direct_steps(int64_t k) { return k / 256; }
   static Acc zero() { return 0.0f; }
 
+  // The 8 sub-block mins (one byte each), widened to the min of each of the 16 bsums' sub-block.
+  static __m256i bsum_mins(uint64_t min_bytes) {
+    const __m128i mn = _mm_cvtsi64_si128(int64_t(min_bytes));
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
+  }
   // The 8 sub-block scales (int16, in both 128-bit lanes) and the mins widened for the bsums madd.
   static void block_scales(const uint8_t* p, __m256i* scales8, __m256i* mins) {
     uint64_t scales, min_bytes;
     unpack_scales_mins(p + 4, &scales, &min_bytes);
     *scales8 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales))));
-    const __m128i mn = _mm_cvtsi64_si128(int64_t(min_bytes));
-    *mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
+    *mins = bsum_mins(min_bytes);
   }
   // Levels of sub-blocks 2c and 2c + 1 (the low and high nibbles of 32 bytes, plus Q5_K's fifth bit).
   static void levels_pair(const uint8_t* p, int c, __m256i* even, __m256i* odd) {
@@ -102,13 +112,13 @@ struct Q45KKernel {
   }
   static float block_d(const uint8_t* p) { return fp16_to_f32(load_u16(p)); }
   static float block_neg_dmin(const uint8_t* p) { return -fp16_to_f32(load_u16(p + 2)); }
-  // The float tail of every path (mac, mac_direct, the interleaved tiles): with the super-block's
-  // exact integer sums S = sum_j scale_j (levels_j . q_j) and M = sum_p min_p bsum_p,
-  // acc = fma(S, d * d_a, acc), then acc = fma(M, -dmin * d_a, acc).
-  static void finish_block(Acc& acc, __m256i lanes, __m256i mins, float wd, float neg_dmin, const A& a) {
+  // The float tail of every path (mac, mac_direct(2), the interleaved tiles): with the
+  // super-block's exact integer sums S = sum_j scale_j (levels_j . q_j) and M = sum_p min_p bsum_p
+  // (here as int32 lanes), acc = fma(S, d * d_a, acc), then acc = fma(M, -dmin * d_a, acc).
+  static void finish_block(Acc& acc, __m256i sum_lanes, __m256i min_lanes, float wd, float neg_dmin, const A& a) {
     int32_t sum = 0, min_sum = 0;
-    hsum2_epi32(lanes, _mm256_madd_epi16(mins, a.bsums()), &sum, &min_sum);
-    const float d = a.d_scalar();
+    hsum2_epi32(sum_lanes, min_lanes, &sum, &min_sum);
+    const float d = a.d();
     acc = fma1(float(sum), wd * d, acc);
     acc = fma1(float(min_sum), neg_dmin * d, acc);
   }
@@ -134,9 +144,8 @@ struct Q45KKernel {
     for (int j = 0; j < 8; ++j) {
       lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(w.levels[j], a.q(j)), w.scales[j]));
     }
-    finish_block(acc, lanes, w.mins, w.d, w.neg_dmin, a);
+    finish_block(acc, lanes, _mm256_madd_epi16(w.mins, a.bsums()), w.d, w.neg_dmin, a);
   }
-  // load_w + mac for one token, decoding 32 bytes at a time (see the top).
   // The integer lanes of S and of M for super-block p, decoding 32 bytes at a time.
   static void direct_sums(const uint8_t* p, const A& a, __m256i* sum_lanes, __m256i* min_lanes) {
     __m256i scales8, mins;
@@ -151,15 +160,12 @@ struct Q45KKernel {
     *sum_lanes = lanes;
     *min_lanes = _mm256_madd_epi16(mins, a.bsums());
   }
+  // load_w + mac for one token (see the top).
   static void mac_direct(Acc& acc, const uint8_t* row, int64_t s, const A& a) {
     const uint8_t* p = row + s * kBlockBytes;
     __m256i sum_lanes, min_lanes;
     direct_sums(p, a, &sum_lanes, &min_lanes);
-    int32_t sum = 0, min_sum = 0;
-    hsum2_epi32(sum_lanes, min_lanes, &sum, &min_sum);
-    const float d = a.d_scalar();
-    acc = fma1(float(sum), block_d(p) * d, acc);
-    acc = fma1(float(min_sum), block_neg_dmin(p) * d, acc);
+    finish_block(acc, sum_lanes, min_lanes, block_d(p), block_neg_dmin(p), a);
   }
   // mac_direct for two rows, their four sums reduced together (decode runs 2 rows at a time):
   // the same float operations per row, in vector lanes.
@@ -173,7 +179,7 @@ struct Q45KKernel {
     const __m256i quads = _mm256_hadd_epi32(_mm256_hadd_epi32(sum0, sum1), _mm256_hadd_epi32(min0, min1));
     const __m128 sums = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(quads), _mm256_extracti128_si256(quads, 1)));
     const __m128 scale = _mm_mul_ps(_mm_setr_ps(block_d(p0), block_d(p1), block_neg_dmin(p0), block_neg_dmin(p1)),
-                                    _mm_set1_ps(a.d_scalar()));
+                                    _mm_set1_ps(a.d()));
     __m128 acc = _mm_setr_ps(acc0, acc1, 0.0f, 0.0f);
     acc = _mm_fmadd_ps(sums, scale, acc);
     acc = _mm_fmadd_ps(_mm_movehl_ps(sums, sums), _mm_movehl_ps(scale, scale), acc);
@@ -238,8 +244,7 @@ void interleave_block(const uint8_t* w, int64_t w_stride, int64_t s, Interleaved
     uint64_t scales, min_bytes;
     unpack_scales_mins(p[r] + 4, &scales, &min_bytes);
     scale_bytes[r] = int64_t(scales);
-    __m256i scales8;
-    K::block_scales(p[r], &scales8, &out.mins[r]);
+    out.mins[r] = K::bsum_mins(min_bytes);
   }
   // Scale j of rows 0, 1 (bytes j, 8 + j of the low half) and 2, 3 (the high half), each zero-
   // extended into 4 int16 lanes: one byte shuffle per sub-block (control bytes >= 0x80 give 0).
@@ -259,17 +264,16 @@ void interleave_block(const uint8_t* w, int64_t w_stride, int64_t s, Interleaved
   out.neg_dmin = _mm_load_ps(neg_dmin);
 }
 
-// T tokens (activation rows act + t * act_stride, at the chunk's first super-block) against the
-// chunk's `count` interleaved super-blocks; acc[t] holds the 4 rows' sums of token t.
-template <int T>
-void interleaved_tile(const Interleaved4Block* pack, int64_t count, const uint8_t* act, int64_t act_stride,
-                      bool first_chunk, __m128* acc_io) {
-  __m128 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = first_chunk ? _mm_setzero_ps() : acc_io[t];
-  for (int64_t s = 0; s < count; ++s) {
-    const Interleaved4Block& b = pack[s];
-    const uint8_t* a[T];
-    for (int t = 0; t < T; ++t) a[t] = act + t * act_stride + s * Q8KLayout::kBlockBytes;
+template <bool kFiveBit>
+struct Q45KInterleave {
+  using Kernel = Q45KKernel<kFiveBit>;
+  using Block = Interleaved4Block;
+  static void interleave(const uint8_t* w, int64_t w_stride, int64_t s, Block& out) {
+    interleave_block<kFiveBit>(w, w_stride, s, out);
+  }
+  // acc[t] (the 4 rows of token t) over super-block b, whose activations start at a[t].
+  template <int T>
+  static void step(const Block& b, const uint8_t* const a[T], __m128 acc[T]) {
     __m256i sums[T];
     for (int t = 0; t < T; ++t) sums[t] = _mm256_setzero_si256();
     for (int j = 0; j < 8; ++j) {
@@ -294,21 +298,23 @@ void interleaved_tile(const Interleaved4Block* pack, int64_t count, const uint8_
       acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(min_sum), _mm_mul_ps(b.neg_dmin, da), acc[t]);
     }
   }
+};
+
+// T tokens (activation rows act + t * act_stride, at the chunk's first super-block) against the
+// chunk's `count` interleaved super-blocks of format P; acc_io[t] holds the 4 rows' sums of token
+// t between chunks.
+template <class P, int T>
+void interleaved_tile(const typename P::Block* pack, int64_t count, const uint8_t* act, int64_t act_stride,
+                      bool first_chunk, __m128* acc_io) {
+  __m128 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = first_chunk ? _mm_setzero_ps() : acc_io[t];
+  for (int64_t s = 0; s < count; ++s) {
+    const uint8_t* a[T];
+    for (int t = 0; t < T; ++t) a[t] = act + t * act_stride + s * Q8KLayout::kBlockBytes;
+    P::template step<T>(pack[s], a, acc);
+  }
   for (int t = 0; t < T; ++t) acc_io[t] = acc[t];
 }
-
-template <bool kFiveBit>
-struct Q45KInterleave {
-  using Kernel = Q45KKernel<kFiveBit>;
-  using Block = Interleaved4Block;
-  static void interleave(const uint8_t* w, int64_t w_stride, int64_t s, Block& out) {
-    interleave_block<kFiveBit>(w, w_stride, s, out);
-  }
-  template <int T>
-  static void tile(const Block* pack, int64_t count, const uint8_t* act, int64_t act_stride, bool first, __m128* acc) {
-    interleaved_tile<T>(pack, count, act, act_stride, first, acc);
-  }
-};
 
 // The MatmulTileFn of an interleaved format P (Q45KInterleave, Q6KInterleave): tiles of 4 rows x
 // kInterleavedTokens tokens over chunks of kInterleavedChunk super-blocks decoded by P::interleave;
@@ -340,12 +346,12 @@ void interleaved_matmul(const uint8_t* weights, int64_t weight_row_bytes, int64_
         const bool first = s0 == 0;
         int64_t t = 0;
         for (; t + kInterleavedTokens <= nt; t += kInterleavedTokens) {
-          P::template tile<kInterleavedTokens>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t);
+          interleaved_tile<P, kInterleavedTokens>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t);
         }
         switch (nt - t) {
-          case 1: P::template tile<1>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
-          case 2: P::template tile<2>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
-          case 3: P::template tile<3>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
+          case 1: interleaved_tile<P, 1>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
+          case 2: interleaved_tile<P, 2>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
+          case 3: interleaved_tile<P, 3>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
           default: break;
         }
       }
@@ -400,12 +406,10 @@ struct Q6KKernel {
   static __m256i corrected(__m256i lanes, __m256i scales16, const A& a) {
     return _mm256_sub_epi32(lanes, _mm256_slli_epi32(_mm256_madd_epi16(scales16, a.bsums()), 5));
   }
-  // acc = fma(S, d * d_a, acc): the float tail of every Q6_K path (mac, mac_direct(2), the
-  // interleaved tiles), so all give bitwise the same result.
-  static void finish_block(Acc& acc, __m256i lanes, __m256i scales16, float d, const A& a) {
-    int32_t sum = 0, unused = 0;
-    hsum2_epi32(corrected(lanes, scales16, a), _mm256_setzero_si256(), &sum, &unused);
-    acc = fma1(float(sum), d * a.d_scalar(), acc);
+  // acc = fma(S, d * d_a, acc) with S's int32 lanes: the float tail of every Q6_K path (mac,
+  // mac_direct(2), the interleaved tiles), so all give bitwise the same result.
+  static void finish_block(Acc& acc, __m256i sum_lanes, float d, const A& a) {
+    acc = fma1(float(hsum_epi32(sum_lanes)), d * a.d(), acc);
   }
 
   static W load_w(const uint8_t* row, int64_t s) {
@@ -426,7 +430,7 @@ struct Q6KKernel {
     for (int v = 0; v < 8; ++v) {
       lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(w.levels[v], a.q(v)), w.scales[v]));
     }
-    finish_block(acc, lanes, w.scales16, w.d, a);
+    finish_block(acc, corrected(lanes, w.scales16, a), w.d, a);
   }
   // The integer lanes of S for super-block p, decoding half a super-block at a time.
   static __m256i direct_lanes(const uint8_t* p, const A& a) {
@@ -445,9 +449,7 @@ struct Q6KKernel {
   // load_w + mac for one token (see the top).
   static void mac_direct(Acc& acc, const uint8_t* row, int64_t s, const A& a) {
     const uint8_t* p = row + s * kBlockBytes;
-    int32_t sum = 0, unused = 0;
-    hsum2_epi32(direct_lanes(p, a), _mm256_setzero_si256(), &sum, &unused);
-    acc = fma1(float(sum), block_d(p) * a.d_scalar(), acc);
+    finish_block(acc, direct_lanes(p, a), block_d(p), a);
   }
   // mac_direct for two rows, their sums reduced together.
   static void mac_direct2(Acc& acc0, Acc& acc1, const uint8_t* row0, const uint8_t* row1, int64_t s, const A& a) {
@@ -456,7 +458,7 @@ struct Q6KKernel {
     const __m256i pairs = _mm256_hadd_epi32(direct_lanes(p0, a), direct_lanes(p1, a));
     __m128i quads = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
     quads = _mm_hadd_epi32(quads, quads);  // S0 S1 S0 S1
-    const __m128 scale = _mm_mul_ps(_mm_setr_ps(block_d(p0), block_d(p1), 0.0f, 0.0f), _mm_set1_ps(a.d_scalar()));
+    const __m128 scale = _mm_mul_ps(_mm_setr_ps(block_d(p0), block_d(p1), 0.0f, 0.0f), _mm_set1_ps(a.d()));
     const __m128 acc = _mm_fmadd_ps(_mm_cvtepi32_ps(quads), scale, _mm_setr_ps(acc0, acc1, 0.0f, 0.0f));
     acc0 = _mm_cvtss_f32(acc);
     acc1 = _mm_cvtss_f32(_mm_movehdup_ps(acc));
@@ -512,37 +514,29 @@ struct Q6KInterleave {
     }
     out.d = _mm_load_ps(d);
   }
+  // acc[t] (the 4 rows of token t) over super-block b, whose activations start at a[t].
   template <int T>
-  static void tile(const Block* pack, int64_t count, const uint8_t* act, int64_t act_stride, bool first_chunk,
-                   __m128* acc_io) {
-    __m128 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = first_chunk ? _mm_setzero_ps() : acc_io[t];
-    for (int64_t s = 0; s < count; ++s) {
-      const Block& b = pack[s];
-      const uint8_t* a[T];
-      for (int t = 0; t < T; ++t) a[t] = act + t * act_stride + s * Q8KLayout::kBlockBytes;
-      __m256i sums[T];
-      for (int t = 0; t < T; ++t) sums[t] = _mm256_setzero_si256();
-      for (int group = 0; group < 16; ++group) {
-        const __m256i w0 = b.levels[group / 2][2 * (group % 2)], w1 = b.levels[group / 2][2 * (group % 2) + 1];
-        for (int t = 0; t < T; ++t) {
-          int64_t lo, hi;
-          std::memcpy(&lo, a[t] + Q8KLayout::kQs + 16 * group, 8);
-          std::memcpy(&hi, a[t] + Q8KLayout::kQs + 16 * group + 8, 8);
-          const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, _mm256_set1_epi64x(lo)),
-                                               _mm256_maddubs_epi16(w1, _mm256_set1_epi64x(hi)));
-          sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(s16, b.scales[group]));
-        }
-      }
+  static void step(const Block& b, const uint8_t* const a[T], __m128 acc[T]) {
+    __m256i sums[T];
+    for (int t = 0; t < T; ++t) sums[t] = _mm256_setzero_si256();
+    for (int group = 0; group < 16; ++group) {
+      const __m256i w0 = b.levels[group / 2][2 * (group % 2)], w1 = b.levels[group / 2][2 * (group % 2) + 1];
       for (int t = 0; t < T; ++t) {
-        // Each row's sum minus 32 * its scales . bsums.
-        const __m128i correction = dots4_epi16(b.scales16, load256(a[t] + Q8KLayout::kBsums));
-        const __m128i total = _mm_sub_epi32(row_sums4(sums[t]), _mm_slli_epi32(correction, 5));
-        const __m128 da = _mm_set1_ps(load_f32(a[t] + Q8KLayout::kScale));
-        acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(total), _mm_mul_ps(b.d, da), acc[t]);
+        int64_t lo, hi;
+        std::memcpy(&lo, a[t] + Q8KLayout::kQs + 16 * group, 8);
+        std::memcpy(&hi, a[t] + Q8KLayout::kQs + 16 * group + 8, 8);
+        const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, _mm256_set1_epi64x(lo)),
+                                             _mm256_maddubs_epi16(w1, _mm256_set1_epi64x(hi)));
+        sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(s16, b.scales[group]));
       }
     }
-    for (int t = 0; t < T; ++t) acc_io[t] = acc[t];
+    for (int t = 0; t < T; ++t) {
+      // Each row's sum minus 32 * its scales . bsums.
+      const __m128i correction = dots4_epi16(b.scales16, load256(a[t] + Q8KLayout::kBsums));
+      const __m128i total = _mm_sub_epi32(row_sums4(sums[t]), _mm_slli_epi32(correction, 5));
+      const __m128 da = _mm_set1_ps(load_f32(a[t] + Q8KLayout::kScale));
+      acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(total), _mm_mul_ps(b.d, da), acc[t]);
+    }
   }
 };
 

@@ -64,9 +64,9 @@ class CpuBackend final : public Backend {
                          std::span<const PreparedMatmul> done);
   // prepare() for each of ws in turn, into prepared[0 .. ws.size()).
   void prepare_all(std::span<const WeightView> ws, const float* x, int64_t n, PreparedMatmul* prepared);
-  // task(thread, threads) on every pool thread, or on this one alone when no matrix of the call
-  // has more than kRowGrain rows.
-  void run_split(int64_t max_rows, const std::function<void(int, int)>& task);
+  // chunk_task(c) for c in [0, chunks), the pool's threads taking chunks from a shared counter
+  // (or this thread alone when no matrix of the call has more than kRowGrain rows).
+  void run_chunks(int64_t max_rows, int64_t chunks, const std::function<void(int64_t)>& chunk_task);
   // Output rows [begin, end) of a prepared matmul over n tokens into y (row stride m.rows).
   static void run_rows(const PreparedMatmul& m, int64_t n, int64_t begin, int64_t end, float* y);
   // Rows per chunk of a matrix of `rows` rows run over n tokens by `threads` threads. The threads

@@ -74,12 +74,19 @@ void CpuBackend::prepare_all(std::span<const WeightView> ws, const float* x, int
   }
 }
 
-void CpuBackend::run_split(int64_t max_rows, const std::function<void(int, int)>& task) {
+void CpuBackend::run_chunks(int64_t max_rows, int64_t chunks, const std::function<void(int64_t)>& chunk_task) {
+  std::atomic<int64_t> next{0};
+  auto take_chunks = [&](int, int) {
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+         c = next.fetch_add(1, std::memory_order_relaxed)) {
+      chunk_task(c);
+    }
+  };
   // A call whose every matrix fits in one thread's grain is not worth waking the pool for.
   if (max_rows <= kRowGrain) {
-    task(0, 1);
+    take_chunks(0, 1);
   } else {
-    pool_.run(task);
+    pool_.run(take_chunks);
   }
 }
 
@@ -114,15 +121,11 @@ void CpuBackend::matmul_many(std::span<const WeightView> ws, const float* x, int
     chunk[i] = chunk_rows(prepared[i].rows, n, pool_.num_threads());
     first[i + 1] = first[i] + (prepared[i].rows + chunk[i] - 1) / chunk[i];
   }
-  std::atomic<int64_t> next{0};
-  run_split(max_rows, [&](int, int) {
+  run_chunks(max_rows, first[count], [&](int64_t c) {
     size_t i = 0;
-    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < first[count];
-         c = next.fetch_add(1, std::memory_order_relaxed)) {
-      while (c >= first[i + 1]) ++i;  // chunks are taken in increasing order
-      const int64_t begin = (c - first[i]) * chunk[i];
-      run_rows(prepared[i], n, begin, std::min(prepared[i].rows, begin + chunk[i]), ys[i]);
-    }
+    while (c >= first[i + 1]) ++i;
+    const int64_t begin = (c - first[i]) * chunk[i];
+    run_rows(prepared[i], n, begin, std::min(prepared[i].rows, begin + chunk[i]), ys[i]);
   });
 }
 
@@ -140,23 +143,18 @@ void CpuBackend::gated_ffn(const WeightView& gate, const WeightView& up, GatedAc
   up_scratch_.resize(size_t(n * rows));
   float* up_out = up_scratch_.data();
   const int64_t chunk = chunk_rows(rows, n, pool_.num_threads());
-  const int64_t chunks = (rows + chunk - 1) / chunk;
-  std::atomic<int64_t> next{0};
-  run_split(rows, [&](int, int) {
-    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
-         c = next.fetch_add(1, std::memory_order_relaxed)) {
-      const int64_t begin = c * chunk, end = std::min(rows, begin + chunk);
-      run_rows(prepared[0], n, begin, end, out);
-      run_rows(prepared[1], n, begin, end, up_out);
-      // The activation over this chunk's columns of every token, while they are in this cache.
-      for (int64_t t = 0; t < n; ++t) {
-        float* g = out + t * rows + begin;
-        const float* u = up_out + t * rows + begin;
-        if (act == GatedActivation::GeluTanh) {
-          cpu::gated_activation<cpu::GateKind::GeluTanh>(g, u, end - begin, g);
-        } else {
-          cpu::gated_activation<cpu::GateKind::Silu>(g, u, end - begin, g);
-        }
+  run_chunks(rows, (rows + chunk - 1) / chunk, [&](int64_t c) {
+    const int64_t begin = c * chunk, end = std::min(rows, begin + chunk);
+    run_rows(prepared[0], n, begin, end, out);
+    run_rows(prepared[1], n, begin, end, up_out);
+    // The activation over this chunk's columns of every token, while they are in this cache.
+    for (int64_t t = 0; t < n; ++t) {
+      float* g = out + t * rows + begin;
+      const float* u = up_out + t * rows + begin;
+      if (act == GatedActivation::GeluTanh) {
+        cpu::gated_activation<cpu::GateKind::GeluTanh>(g, u, end - begin, g);
+      } else {
+        cpu::gated_activation<cpu::GateKind::Silu>(g, u, end - begin, g);
       }
     }
   });

@@ -8,7 +8,7 @@
 //
 // Every path reduces a super-block to its exact integer sums per (row, token) and ends with the
 // same scalar FMAs (the kernels' finish_block), so decode, small batches and the interleaved
-// prefill tiles (interleaved_matmul, below: 4 rows interleaved 8 bytes at a time, so several
+// prefill tiles (interleaved_matmul, kernels_interleave_avx2.h: 4 rows interleaved 8 bytes at a time, so several
 // maddubs share one madd with the scales) give bitwise the same results. One Zen 3 core, n = 512:
 // Q4_K 78-85 -> 97-133 GFLOP/s, Q6_K 97-100 -> 112-122. Decode (n = 1) runs 2 rows at a time
 // through mac_direct2, which decodes and multiplies 32 bytes at a time without storing the
@@ -17,6 +17,7 @@
 #include "backend/cpu/kernels_isa.h"
 #include "backend/cpu/kernels_q8k_common.h"
 #include "backend/cpu/kernels_simd_avx2.h"
+#include "backend/cpu/kernels_interleave_avx2.h"
 #include "backend/cpu/kernels_tile.h"
 
 namespace kestrel::cpu {
@@ -204,18 +205,7 @@ struct Interleaved4Block {
   __m128 d, neg_dmin;    // [row]
 };
 
-constexpr int kInterleavedTokens = 4;  // tokens per tile
 constexpr int64_t kInterleavedChunk = 8;  // super-blocks decoded at a time: 11.5 KB
-
-// out[g] = bytes 8g .. 8g + 7 of l[0], l[1], l[2], l[3] (a 4 x 4 transpose of 64-bit elements).
-inline void interleave_rows(const __m256i l[4], __m256i out[4]) {
-  const __m256i lo01 = _mm256_unpacklo_epi64(l[0], l[1]), hi01 = _mm256_unpackhi_epi64(l[0], l[1]);
-  const __m256i lo23 = _mm256_unpacklo_epi64(l[2], l[3]), hi23 = _mm256_unpackhi_epi64(l[2], l[3]);
-  out[0] = _mm256_permute2x128_si256(lo01, lo23, 0x20);
-  out[1] = _mm256_permute2x128_si256(hi01, hi23, 0x20);
-  out[2] = _mm256_permute2x128_si256(lo01, lo23, 0x31);
-  out[3] = _mm256_permute2x128_si256(hi01, hi23, 0x31);
-}
 
 // (sum of row r's int32 lanes 2r, 2r + 1 of v) for rows 0..3: the interleaved tiles' layout.
 inline __m128i row_sums4(__m256i v) {
@@ -230,6 +220,17 @@ inline __m128i dots4_epi16(const __m256i x[4], __m256i b) {
   const __m256i quads = _mm256_hadd_epi32(x01, x23);
   return _mm_add_epi32(_mm256_castsi256_si128(quads), _mm256_extracti128_si256(quads, 1));
 }
+
+// What the k-quant interleaves share (kernels_interleave_avx2.h): a step is one super-block, and a
+// token's accumulator holds the 4 rows' sums.
+struct KquantInterleaveSteps {
+  using Acc = __m128;
+  static constexpr int64_t kChunk = kInterleavedChunk;
+  static constexpr int64_t kActStepBytes = Q8KLayout::kBlockBytes;
+  static int64_t steps(int64_t k) { return k / 256; }
+  static Acc zero() { return _mm_setzero_ps(); }
+  static void store(Acc acc, float* y) { _mm_storeu_ps(y, acc); }
+};
 
 template <bool kFiveBit>
 void interleave_block(const uint8_t* w, int64_t w_stride, int64_t s, Interleaved4Block& out) {
@@ -265,10 +266,10 @@ void interleave_block(const uint8_t* w, int64_t w_stride, int64_t s, Interleaved
 }
 
 template <bool kFiveBit>
-struct Q45KInterleave {
+struct Q45KInterleave : KquantInterleaveSteps {
   using Kernel = Q45KKernel<kFiveBit>;
   using Block = Interleaved4Block;
-  static void interleave(const uint8_t* w, int64_t w_stride, int64_t s, Block& out) {
+  static void interleave(const uint8_t* w, int64_t w_stride, int64_t s, int64_t /*k*/, Block& out) {
     interleave_block<kFiveBit>(w, w_stride, s, out);
   }
   // acc[t] (the 4 rows of token t) over super-block b, whose activations start at a[t].
@@ -299,66 +300,6 @@ struct Q45KInterleave {
     }
   }
 };
-
-// T tokens (activation rows act + t * act_stride, at the chunk's first super-block) against the
-// chunk's `count` interleaved super-blocks of format P; acc_io[t] holds the 4 rows' sums of token
-// t between chunks.
-template <class P, int T>
-void interleaved_tile(const typename P::Block* pack, int64_t count, const uint8_t* act, int64_t act_stride,
-                      bool first_chunk, __m128* acc_io) {
-  __m128 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = first_chunk ? _mm_setzero_ps() : acc_io[t];
-  for (int64_t s = 0; s < count; ++s) {
-    const uint8_t* a[T];
-    for (int t = 0; t < T; ++t) a[t] = act + t * act_stride + s * Q8KLayout::kBlockBytes;
-    P::template step<T>(pack[s], a, acc);
-  }
-  for (int t = 0; t < T; ++t) acc_io[t] = acc[t];
-}
-
-// The MatmulTileFn of an interleaved format P (Q45KInterleave, Q6KInterleave): tiles of 4 rows x
-// kInterleavedTokens tokens over chunks of kInterleavedChunk super-blocks decoded by P::interleave;
-// decode, batches under kInterleavedTokens and the last rows % 4 run P::Kernel's row-major tiles.
-template <class P>
-void interleaved_matmul(const uint8_t* weights, int64_t weight_row_bytes, int64_t rows, const uint8_t* activations,
-                        int64_t act_row_bytes, int64_t n, int64_t k, float* y, int64_t y_stride) {
-  const int64_t rows4 = n >= kInterleavedTokens ? rows / 4 * 4 : 0;
-  if (rows4 < rows) {
-    matmul_tile<typename P::Kernel>(weights + rows4 * weight_row_bytes, weight_row_bytes, rows - rows4, activations,
-                                    act_row_bytes, n, k, y + rows4, y_stride);
-  }
-  if (rows4 == 0) return;
-  const int64_t steps = k / 256;
-  // As many tokens as keep their activations in L2 (kernels_tile.h), at most kPackedTokens.
-  int64_t block = kTokenBlockBytes / act_row_bytes;
-  block = block < kInterleavedTokens ? kInterleavedTokens : block > kPackedTokens ? kPackedTokens : block;
-  alignas(64) typename P::Block pack[kInterleavedChunk];
-  __m128 acc[kPackedTokens];
-  for (int64_t t0 = 0; t0 < n; t0 += block) {
-    const int64_t nt = n - t0 < block ? n - t0 : block;
-    const uint8_t* a0 = activations + t0 * act_row_bytes;
-    for (int64_t r = 0; r < rows4; r += 4) {
-      const uint8_t* w = weights + r * weight_row_bytes;
-      for (int64_t s0 = 0; s0 < steps; s0 += kInterleavedChunk) {
-        const int64_t count = steps - s0 < kInterleavedChunk ? steps - s0 : kInterleavedChunk;
-        for (int64_t s = 0; s < count; ++s) P::interleave(w, weight_row_bytes, s0 + s, pack[s]);
-        const uint8_t* a = a0 + s0 * Q8KLayout::kBlockBytes;
-        const bool first = s0 == 0;
-        int64_t t = 0;
-        for (; t + kInterleavedTokens <= nt; t += kInterleavedTokens) {
-          interleaved_tile<P, kInterleavedTokens>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t);
-        }
-        switch (nt - t) {
-          case 1: interleaved_tile<P, 1>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
-          case 2: interleaved_tile<P, 2>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
-          case 3: interleaved_tile<P, 3>(pack, count, a + t * act_row_bytes, act_row_bytes, first, acc + t); break;
-          default: break;
-        }
-      }
-      for (int64_t t = 0; t < nt; ++t) _mm_storeu_ps(y + (t0 + t) * y_stride + r, acc[t]);
-    }
-  }
-}
 
 // Q6_K: element e of a super-block is q_e - 32 with q_e = 6 bits (low 4 in ql, top 2 in qh), times
 // the int8 scale of its 16-element group. The levels stay q (unsigned, so maddubs takes them as
@@ -477,10 +418,10 @@ struct Interleaved4Q6Block {
   __m128 d;              // [row]
 };
 
-struct Q6KInterleave {
+struct Q6KInterleave : KquantInterleaveSteps {
   using Kernel = Q6KKernel;
   using Block = Interleaved4Q6Block;
-  static void interleave(const uint8_t* w, int64_t w_stride, int64_t s, Block& out) {
+  static void interleave(const uint8_t* w, int64_t w_stride, int64_t s, int64_t /*k*/, Block& out) {
     const uint8_t* p[4];
     alignas(16) float d[4];
     for (int r = 0; r < 4; ++r) {

@@ -1,12 +1,13 @@
 // AVX2 kernels for the formats whose activations are Q8_0 or Q8_1 (see kernels_q8_avx512.cpp for
-// the design): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, INT8_PC, INT4_SYM_G*, INT4_ASYM_G*. One step is 64
+// the design): Q4_0, Q4_1, Q5_0, Q5_1, INT8_PC, INT4_SYM_G*, INT4_ASYM_G* (Q8_0 itself has its own
+// int16 kernels, kernels_q8_0_avx2.cpp). One step is 64
 // elements = two activation blocks; lanes of a 32-byte vector hold 16 bytes of each block
 // (kernels_q8_common.h, NB = 2). AVX2 has no VNNI, so the byte products go
 // through maddubs (u8 x s8 -> pairs summed in int16) and madd (int16 pairs -> int32):
 //  - 4- and 5-bit formats: levels 0..15 (0..31) are already unsigned; two maddubs results fit
 //    one int16 sum (2 * 2 * 31 * 127 < 2^15); C = 8 (Q5_0: 16) is taken back out through corr
 //    as in the AVX-512 kernels.
-//  - 8-bit formats (Q8_0, INT8_PC): q + 128 would overflow maddubs' int16 pairs, so they use the
+//  - 8-bit formats (INT8_PC): q + 128 would overflow maddubs' int16 pairs, so they use the
 //    sign trick instead (|w| times a with w's sign), C = 0, and one madd per maddubs.
 #include "backend/cpu/kernels_isa.h"
 #include "backend/cpu/kernels_q8_common.h"
@@ -35,18 +36,6 @@ inline __m256i high_nibbles(__m256i v) {
 }
 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
-
-struct Q8_0Decoder {
-  static constexpr int64_t kHeader = 0, kBlockElements = 32, kBlockBytes = 34;
-  static constexpr int C = 0;
-  static constexpr bool kAsym = false, kSigned = true, kBlockScale = true, kRowScale = false;
-  static WeightStep decode(const uint8_t* data, int64_t s) {
-    const uint8_t* p = data + s * 2 * kBlockBytes;
-    const __m256i y0 = load256(p + 2), y1 = load256(p + 36);
-    return {_mm256_permute2x128_si256(y0, y1, 0x20), _mm256_permute2x128_si256(y0, y1, 0x31),
-            scales2(p, kBlockBytes), _mm256_setzero_ps()};
-  }
-};
 
 struct Int8PcDecoder {
   static constexpr int64_t kHeader = quant::kPerChannelHeaderBytes, kBlockElements = 1, kBlockBytes = 1;
@@ -208,7 +197,6 @@ constexpr FormatKernels make_kernels(DType type) {
           matmul_tile<PairKernel<D>>};
 }
 
-constexpr FormatKernels kQ8_0 = make_kernels<Q8_0Decoder>(DType::Q8_0);
 constexpr FormatKernels kQ4_0 = make_kernels<Int4Decoder<32, false>>(DType::Q4_0);
 constexpr FormatKernels kQ4_1 = make_kernels<Int4Decoder<32, true>>(DType::Q4_1);  // = INT4_ASYM_G32
 constexpr FormatKernels kQ5_0 = make_kernels<Q5Decoder<false>>(DType::Q5_0);
@@ -225,7 +213,6 @@ constexpr FormatKernels kInt4Asym128 = make_kernels<Int4Decoder<128, true>>(DTyp
 
 const FormatKernels* avx2_q8_kernels(DType weight_type) {
   switch (weight_type) {
-    case DType::Q8_0: return &kQ8_0;
     case DType::Q4_0: return &kQ4_0;
     case DType::Q4_1: return &kQ4_1;
     case DType::Q5_0: return &kQ5_0;

@@ -1,5 +1,5 @@
-// AVX2 kernels for Q8_0 weights (blocks of 32 int8 q with an F16 scale) against Q8_0 activations
-// widened to int16. The other Q8 formats (kernels_q8_avx2.cpp) multiply bytes with maddubs, which
+// AVX2 kernels for the 8-bit formats, Q8_0 (blocks of 32 int8 q with an F16 scale) and INT8_PC
+// (int8 q with one F32 scale per row), against Q8_0 activations widened to int16. The other Q8 formats (kernels_q8_avx2.cpp) multiply bytes with maddubs, which
 // for two signed operands needs the sign trick (|w| times a with w's sign): 2 sign + 1 maddubs +
 // 1 madd per 32 products, all on the two pipes Zen 3 runs multiplies and FMAs on. With int16
 // activations one madd does 16 products exactly (each pair sum <= 2 x 128 x 127 fits int32) and
@@ -22,13 +22,13 @@
 #include "backend/cpu/kernels_q8_common.h"
 #include "backend/cpu/kernels_simd_avx2.h"
 #include "backend/cpu/kernels_tile.h"
+#include "quant/blocks.h"
 
 namespace kestrel::cpu {
 namespace {
 
 struct Q8_0Steps {
   static constexpr int64_t kElements = 64, kQ = 0, kScale = 128, kBytes = 160;
-  static constexpr int64_t kBlockBytes = 34;  // a weight block: F16 d, 32 q
   static int64_t steps(int64_t k) { return (k + kElements - 1) / kElements; }
   static int64_t row_bytes(int64_t k) { return steps(k) * kBytes; }
 };
@@ -57,11 +57,31 @@ inline __m256i widen16(const uint8_t* p) {
   return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
+// The two weight layouts: blocks of 32 int8 q, scaled per block (Q8_0: an F16 d before each block)
+// or per row (INT8_PC: an F32 header, the row's scale, which serves as every block's d here;
+// products and sums are the same, only the float rounding order differs from the reference).
+struct Q8_0Blocks {
+  static constexpr int64_t kHeader = 0, kBlockBytes = 34, kQs = 2;
+  // (d0, d1, 0, 0) of the step at p (d1 = 0 when the step has one block).
+  static __m128 scales(const uint8_t*, const uint8_t* p, bool two) {
+    const uint32_t d1 = two ? load_u16(p + kBlockBytes) : 0;
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(int(uint32_t(load_u16(p)) | d1 << 16)));
+  }
+};
+struct Int8PcBlocks {
+  static constexpr int64_t kHeader = quant::kPerChannelHeaderBytes, kBlockBytes = 32, kQs = 0;
+  static __m128 scales(const uint8_t* row, const uint8_t*, bool two) {
+    const float d = load_f32(row);
+    return _mm_setr_ps(d, two ? d : 0.0f, 0.0f, 0.0f);
+  }
+};
+
 // Row-major policy (kernels_tile.h): decode, batches under kInterleavedTokens, rows % 4.
-struct Q8_0Kernel {
+template <class B>
+struct Int8Kernel {
   // A decoded step is 5 registers: 1 row x 4 tokens fits AVX2's 16.
   static constexpr int kRows = 1, kTokens = 4, kDecodeRows = 4;
-  static constexpr int64_t kStepBytes = 2 * Q8_0Steps::kBlockBytes;  // one-token tiles prefetch
+  static constexpr int64_t kStepBytes = 2 * B::kBlockBytes;  // one-token tiles prefetch
   using Acc = __m128;  // lanes E, O (see the top); lanes 2 and 3 are never read
   struct W {
     __m256i q[4];  // int16 elements 0-15, 16-31, 32-47, 48-63 of the step
@@ -73,19 +93,17 @@ struct Q8_0Kernel {
   static int64_t steps(int64_t k) { return Q8_0Steps::steps(k); }
   static int64_t direct_steps(int64_t k) { return k / Q8_0Steps::kElements; }
   static Acc zero() { return _mm_setzero_ps(); }
-  static __m128 scales(uint16_t d0, uint16_t d1) {
-    return _mm_cvtph_ps(_mm_cvtsi32_si128(int(uint32_t(d0) | uint32_t(d1) << 16)));
-  }
   static W load_w(const uint8_t* row, int64_t s) {
-    const uint8_t* p = row + s * kStepBytes;
-    const uint8_t* p1 = p + Q8_0Steps::kBlockBytes;
-    return {{widen16(p + 2), widen16(p + 18), widen16(p1 + 2), widen16(p1 + 18)}, scales(load_u16(p), load_u16(p1))};
+    const uint8_t* p = row + B::kHeader + s * kStepBytes;
+    const uint8_t* q0 = p + B::kQs;
+    const uint8_t* q1 = p + B::kBlockBytes + B::kQs;
+    return {{widen16(q0), widen16(q0 + 16), widen16(q1), widen16(q1 + 16)}, B::scales(row, p, true)};
   }
   // The last step of a row of an odd number of blocks: its second block is zero (d = 0 too).
   static W load_w_tail(const uint8_t* row, int64_t s, int64_t) {
-    const uint8_t* p = row + s * kStepBytes;
+    const uint8_t* p = row + B::kHeader + s * kStepBytes;
     const __m256i zero = _mm256_setzero_si256();
-    return {{widen16(p + 2), widen16(p + 18), zero, zero}, scales(load_u16(p), 0)};
+    return {{widen16(p + B::kQs), widen16(p + B::kQs + 16), zero, zero}, B::scales(row, p, false)};
   }
   static A load_a(const uint8_t* act, int64_t s) { return {act + s * Q8_0Steps::kBytes}; }
   // The 8 int32 lanes of block 0's (x0) and block 1's (x1) products.
@@ -132,8 +150,9 @@ struct Q8_0Interleaved4 {
   __m256 scale;   // d0 and d1 of rows 0, 1 (d0 r0, d0 r1, d1 r0, d1 r1) | the same of rows 2, 3
 };
 
-struct Q8_0Interleave {
-  using Kernel = Q8_0Kernel;
+template <class B>
+struct Int8Interleave {
+  using Kernel = Int8Kernel<B>;
   using Block = Q8_0Interleaved4;
   // Token t's 4 rows: lanes E r0, E r1, O r0, O r1 | E r2, E r3, O r2, O r3.
   using Acc = __m256;
@@ -142,7 +161,7 @@ struct Q8_0Interleave {
   static int64_t steps(int64_t k) { return Q8_0Steps::steps(k); }
   static Acc zero() { return _mm256_setzero_ps(); }
   static void interleave(const uint8_t* w, int64_t w_stride, int64_t s, int64_t k, Block& out) {
-    Kernel::W rows[4];
+    typename Kernel::W rows[4];
     for (int r = 0; r < 4; ++r) {
       rows[r] = s < Kernel::direct_steps(k) ? Kernel::load_w(w + r * w_stride, s) : Kernel::load_w_tail(w + r * w_stride, s, k);
     }
@@ -187,12 +206,19 @@ struct Q8_0Interleave {
   }
 };
 
-constexpr FormatKernels kQ8_0{DType::Q8_0, Q8_0Steps::row_bytes, convert_q8_0_int16, interleaved_matmul<Q8_0Interleave>};
+constexpr FormatKernels kQ8_0{DType::Q8_0, Q8_0Steps::row_bytes, convert_q8_0_int16,
+                              interleaved_matmul<Int8Interleave<Q8_0Blocks>>};
+constexpr FormatKernels kInt8Pc{DType::INT8_PC, Q8_0Steps::row_bytes, convert_q8_0_int16,
+                                interleaved_matmul<Int8Interleave<Int8PcBlocks>>};
 
 }  // namespace
 
 const FormatKernels* avx2_q8_0_kernels(DType weight_type) {
-  return weight_type == DType::Q8_0 ? &kQ8_0 : nullptr;
+  switch (weight_type) {
+    case DType::Q8_0: return &kQ8_0;
+    case DType::INT8_PC: return &kInt8Pc;
+    default: return nullptr;
+  }
 }
 
 }  // namespace kestrel::cpu

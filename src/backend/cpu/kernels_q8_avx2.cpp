@@ -1,14 +1,11 @@
-// AVX2 kernels for the formats whose activations are Q8_0 or Q8_1 (see kernels_q8_avx512.cpp for
-// the design): Q4_0, Q4_1, Q5_0, Q5_1, INT8_PC, INT4_SYM_G*, INT4_ASYM_G* (Q8_0 itself has its own
-// int16 kernels, kernels_q8_0_avx2.cpp). One step is 64
+// AVX2 kernels for the 4- and 5-bit formats whose activations are Q8_0 or Q8_1 (see
+// kernels_q8_avx512.cpp for the design): Q4_0, Q4_1, Q5_0, Q5_1, INT4_SYM_G*, INT4_ASYM_G* (the
+// 8-bit Q8_0 and INT8_PC have their own int16 kernels, kernels_q8_0_avx2.cpp). One step is 64
 // elements = two activation blocks; lanes of a 32-byte vector hold 16 bytes of each block
-// (kernels_q8_common.h, NB = 2). AVX2 has no VNNI, so the byte products go
-// through maddubs (u8 x s8 -> pairs summed in int16) and madd (int16 pairs -> int32):
-//  - 4- and 5-bit formats: levels 0..15 (0..31) are already unsigned; two maddubs results fit
-//    one int16 sum (2 * 2 * 31 * 127 < 2^15); C = 8 (Q5_0: 16) is taken back out through corr
-//    as in the AVX-512 kernels.
-//  - 8-bit formats (INT8_PC): q + 128 would overflow maddubs' int16 pairs, so they use the
-//    sign trick instead (|w| times a with w's sign), C = 0, and one madd per maddubs.
+// (kernels_q8_common.h, NB = 2). AVX2 has no VNNI, so the byte products go through maddubs (u8 x
+// s8 -> pairs summed in int16) and madd (int16 pairs -> int32): levels 0..15 (0..31) are unsigned
+// already, two maddubs results fit one int16 sum (2 * 2 * 31 * 127 < 2^15), and C = 8 (Q5_0: 16)
+// is taken back out through corr as in the AVX-512 kernels.
 #include "backend/cpu/kernels_isa.h"
 #include "backend/cpu/kernels_q8_common.h"
 #include "backend/cpu/kernels_simd_avx2.h"
@@ -19,7 +16,7 @@ namespace kestrel::cpu {
 namespace {
 
 struct WeightStep {
-  __m256i a, b;  // levels (4-bit formats) or signed bytes (8-bit formats)
+  __m256i a, b;  // unsigned levels
   __m256 scale, min;
 };
 
@@ -37,24 +34,12 @@ inline __m256i high_nibbles(__m256i v) {
 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 
-struct Int8PcDecoder {
-  static constexpr int64_t kHeader = quant::kPerChannelHeaderBytes, kBlockElements = 1, kBlockBytes = 1;
-  static constexpr int C = 0;
-  static constexpr bool kAsym = false, kSigned = true, kBlockScale = false, kRowScale = true;
-  static WeightStep decode(const uint8_t* data, int64_t s) {
-    const uint8_t* p = data + s * 64;
-    const __m256i x0 = load256(p), x1 = load256(p + 32);
-    return {_mm256_permute2x128_si256(x0, x1, 0x20), _mm256_permute2x128_si256(x0, x1, 0x31),
-            _mm256_setzero_ps(), _mm256_setzero_ps()};
-  }
-};
-
 template <int G, bool kAsymmetric>
 struct Int4Decoder {
   static constexpr int64_t kQs = kAsymmetric ? 4 : 2;
   static constexpr int64_t kHeader = 0, kBlockElements = G, kBlockBytes = kQs + G / 2;
   static constexpr int C = kAsymmetric ? 0 : 8;
-  static constexpr bool kAsym = kAsymmetric, kSigned = false, kBlockScale = true, kRowScale = false;
+  static constexpr bool kAsym = kAsymmetric;
   static WeightStep decode(const uint8_t* data, int64_t s) {
     WeightStep w;
     if constexpr (G == 32) {
@@ -102,7 +87,7 @@ struct Q5Decoder {
   static constexpr int64_t kQh = kAsymmetric ? 4 : 2, kQs = kQh + 4;
   static constexpr int64_t kHeader = 0, kBlockElements = 32, kBlockBytes = kQs + 16;
   static constexpr int C = kAsymmetric ? 0 : 16;
-  static constexpr bool kAsym = kAsymmetric, kSigned = false, kBlockScale = true, kRowScale = false;
+  static constexpr bool kAsym = kAsymmetric;
   // 16 in each byte whose bit is set: byte j of a lane tests bit j of the lane's 16-bit half.
   static __m256i fifth_bits(__m256i qh, bool high_half) {
     const __m256i spread = high_half ? _mm256_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
@@ -172,23 +157,12 @@ struct PairKernel {
   }
   static void mac(Acc& acc, const W& w, const A& a) {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i dot;
-    if constexpr (D::kSigned) {
-      const __m256i pa = _mm256_maddubs_epi16(_mm256_sign_epi8(w.a, w.a), _mm256_sign_epi8(a.qa, w.a));
-      const __m256i pb = _mm256_maddubs_epi16(_mm256_sign_epi8(w.b, w.b), _mm256_sign_epi8(a.qb, w.b));
-      dot = _mm256_add_epi32(_mm256_madd_epi16(pa, ones), _mm256_madd_epi16(pb, ones));
-    } else {
-      const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w.a, a.qa), _mm256_maddubs_epi16(w.b, a.qb));
-      dot = _mm256_add_epi32(_mm256_madd_epi16(p, ones), a.corr);
-    }
-    const __m256 scale = D::kBlockScale ? _mm256_mul_ps(w.scale, a.da) : a.da;
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc);
+    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w.a, a.qa), _mm256_maddubs_epi16(w.b, a.qb));
+    const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(p, ones), a.corr);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(w.scale, a.da), acc);
     if constexpr (D::kAsym) acc = _mm256_fmadd_ps(w.min, a.s, acc);
   }
-  static float finish(Acc acc, const uint8_t* row) {
-    const float sum = hsum(acc);
-    return D::kRowScale ? sum * load_f32(row) : sum;
-  }
+  static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
 
 template <class D>
@@ -201,7 +175,6 @@ constexpr FormatKernels kQ4_0 = make_kernels<Int4Decoder<32, false>>(DType::Q4_0
 constexpr FormatKernels kQ4_1 = make_kernels<Int4Decoder<32, true>>(DType::Q4_1);  // = INT4_ASYM_G32
 constexpr FormatKernels kQ5_0 = make_kernels<Q5Decoder<false>>(DType::Q5_0);
 constexpr FormatKernels kQ5_1 = make_kernels<Q5Decoder<true>>(DType::Q5_1);
-constexpr FormatKernels kInt8Pc = make_kernels<Int8PcDecoder>(DType::INT8_PC);
 constexpr FormatKernels kInt4Sym32 = make_kernels<Int4Decoder<32, false>>(DType::INT4_SYM_G32);
 constexpr FormatKernels kInt4Sym64 = make_kernels<Int4Decoder<64, false>>(DType::INT4_SYM_G64);
 constexpr FormatKernels kInt4Sym128 = make_kernels<Int4Decoder<128, false>>(DType::INT4_SYM_G128);
@@ -217,7 +190,6 @@ const FormatKernels* avx2_q8_kernels(DType weight_type) {
     case DType::Q4_1: return &kQ4_1;
     case DType::Q5_0: return &kQ5_0;
     case DType::Q5_1: return &kQ5_1;
-    case DType::INT8_PC: return &kInt8Pc;
     case DType::INT4_SYM_G32: return &kInt4Sym32;
     case DType::INT4_SYM_G64: return &kInt4Sym64;
     case DType::INT4_SYM_G128: return &kInt4Sym128;

@@ -10,7 +10,6 @@
 #include "backend/cpu/kernels_q8_common.h"
 #include "backend/cpu/kernels_simd_avx2.h"
 #include "backend/cpu/kernels_tile.h"
-#include "quant/blocks.h"
 
 namespace kestrel::cpu {
 namespace {
@@ -37,7 +36,7 @@ inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_ca
 template <int G, bool kAsymmetric>
 struct Int4Decoder {
   static constexpr int64_t kQs = kAsymmetric ? 4 : 2;
-  static constexpr int64_t kHeader = 0, kBlockElements = G, kBlockBytes = kQs + G / 2;
+  static constexpr int64_t kBlockElements = G, kBlockBytes = kQs + G / 2;
   static constexpr int C = kAsymmetric ? 0 : 8;
   static constexpr bool kAsym = kAsymmetric;
   static WeightStep decode(const uint8_t* data, int64_t s) {
@@ -85,7 +84,7 @@ struct Int4Decoder {
 template <bool kAsymmetric>
 struct Q5Decoder {
   static constexpr int64_t kQh = kAsymmetric ? 4 : 2, kQs = kQh + 4;
-  static constexpr int64_t kHeader = 0, kBlockElements = 32, kBlockBytes = kQs + 16;
+  static constexpr int64_t kBlockElements = 32, kBlockBytes = kQs + 16;
   static constexpr int C = kAsymmetric ? 0 : 16;
   static constexpr bool kAsym = kAsymmetric;
   // 16 in each byte whose bit is set: byte j of a lane tests bit j of the lane's 16-bit half.
@@ -134,10 +133,10 @@ struct PairKernel {
   static int64_t steps(int64_t k) { return (k + 63) / 64; }
   static int64_t direct_steps(int64_t k) { return k / 64; }
   static Acc zero() { return _mm256_setzero_ps(); }
-  static W load_w(const uint8_t* row, int64_t s) { return D::decode(row + D::kHeader, s); }
+  static W load_w(const uint8_t* row, int64_t s) { return D::decode(row, s); }
   static W load_w_tail(const uint8_t* row, int64_t s, int64_t k) {
     alignas(32) uint8_t step[kStepBytes + 32] = {};
-    std::memcpy(step, row + D::kHeader + s * kStepBytes,
+    std::memcpy(step, row + s * kStepBytes,
                 size_t((k - s * 64) / D::kBlockElements * D::kBlockBytes));
     return D::decode(step, 0);
   }

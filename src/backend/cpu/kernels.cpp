@@ -18,7 +18,7 @@ const FormatKernels* first_of(DType type) {
   return found;
 }
 
-constexpr auto avx2_format_kernels = first_of<avx2_float_kernels, avx2_q8_0_kernels, avx2_q8_kernels, avx2_kquant_kernels>;
+constexpr auto avx2_format_kernels = first_of<avx2_float_kernels, avx2_q8_0_kernels, avx2_q4_0_kernels, avx2_q8_kernels, avx2_kquant_kernels>;
 constexpr auto avx512_format_kernels =
     first_of<avx512_float_kernels, avx512_q8_kernels, avx512_kquant_kernels>;
 

@@ -40,6 +40,41 @@ inline void interleave_rows(const __m256i l[4], __m256i out[4]) {
   out[3] = _mm256_permute2x128_si256(hi01, hi23, 0x31);
 }
 
+// The even/odd-block accumulation of the 32-element-block formats (kernels_q8_0_avx2.cpp,
+// kernels_q4_0_avx2.cpp): a step is 2 blocks; each path reduces a block to its exact int32 dot
+// D_b per (row, token) and adds it as fma(float(D_b), d_weight * d_activation, E or O), E for
+// even blocks, O for odd ones; a row's result is E + O.
+
+// (D0, D1, D0, D1) from the 8 int32 lanes of block 0's (x0) and block 1's (x1) products.
+inline __m128i block_dots(__m256i x0, __m256i x1) {
+  const __m256i pairs = _mm256_hadd_epi32(x0, x1);
+  const __m128i quads = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+  return _mm_hadd_epi32(quads, quads);
+}
+
+// (D0, D1 of row 0, D0, D1 of row 1) from each row's two blocks' lanes, in one hadd tree.
+inline __m128i block_dots2(__m256i x00, __m256i x01, __m256i x10, __m256i x11) {
+  const __m256i p0 = _mm256_hadd_epi32(x00, x01), p1 = _mm256_hadd_epi32(x10, x11);
+  const __m128i q0 = _mm_add_epi32(_mm256_castsi256_si128(p0), _mm256_extracti128_si256(p0, 1));
+  const __m128i q1 = _mm_add_epi32(_mm256_castsi256_si128(p1), _mm256_extracti128_si256(p1, 1));
+  return _mm_hadd_epi32(q0, q1);
+}
+
+// A row's result from its lanes E, O.
+inline float even_plus_odd(__m128 acc) { return _mm_cvtss_f32(_mm_add_ss(acc, _mm_movehdup_ps(acc))); }
+
+// 4 rows' (d0, d1, 0, 0) as the interleaved tiles' scale vector: d0 r0, d0 r1, d1 r0, d1 r1 | r2, r3.
+inline __m256 interleaved_scales(__m128 r0, __m128 r1, __m128 r2, __m128 r3) {
+  return _mm256_set_m128(_mm_unpacklo_ps(r2, r3), _mm_unpacklo_ps(r0, r1));
+}
+
+// The 4 rows' E + O from an interleaved tile's accumulator (lanes E r0, E r1, O r0, O r1 | r2, r3).
+inline void store_even_plus_odd(__m256 acc, float* y) {
+  const __m128 lo = _mm256_castps256_ps128(acc), hi = _mm256_extractf128_ps(acc, 1);
+  const __m128 even = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(1, 0, 1, 0)), odd = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+  _mm_storeu_ps(y, _mm_add_ps(even, odd));
+}
+
 // T tokens (activation rows act + t * act_stride, at the chunk's first step) against the chunk's
 // `count` interleaved steps of format P; acc_io[t] holds the 4 rows' sums of token t between chunks.
 template <class P, int T>

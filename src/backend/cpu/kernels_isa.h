@@ -12,6 +12,7 @@ const FormatKernels* scalar_format_kernels(DType weight_type);  // kernels_scala
 const FormatKernels* avx2_float_kernels(DType weight_type);     // kernels_float_avx2.cpp
 const FormatKernels* avx2_q8_kernels(DType weight_type);        // kernels_q8_avx2.cpp
 const FormatKernels* avx2_q8_0_kernels(DType weight_type);      // kernels_q8_0_avx2.cpp
+const FormatKernels* avx2_q4_0_kernels(DType weight_type);      // kernels_q4_0_avx2.cpp
 const FormatKernels* avx2_kquant_kernels(DType weight_type);    // kernels_kquant_avx2.cpp
 
 const FormatKernels* avx512_float_kernels(DType weight_type);   // kernels_float_avx512.cpp

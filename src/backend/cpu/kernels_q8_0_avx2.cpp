@@ -120,10 +120,7 @@ struct Int8Kernel {
   static void mac(Acc& acc, const W& w, const A& a) {
     __m256i x0, x1;
     block_lanes(w, a, &x0, &x1);
-    const __m256i pairs = _mm256_hadd_epi32(x0, x1);
-    __m128i quads = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
-    quads = _mm_hadd_epi32(quads, quads);  // D0, D1, D0, D1 (exact)
-    acc = _mm_fmadd_ps(_mm_cvtepi32_ps(quads), _mm_mul_ps(w.scale, act_scales(a)), acc);
+    acc = _mm_fmadd_ps(_mm_cvtepi32_ps(block_dots(x0, x1)), _mm_mul_ps(w.scale, act_scales(a)), acc);
   }
   static void mac_direct(Acc& acc, const uint8_t* row, int64_t s, const A& a) { mac(acc, load_w(row, s), a); }
   // Two rows: one hadd tree gives (D0, D1) of both, and one cvt, mul and FMA serve both.
@@ -132,16 +129,13 @@ struct Int8Kernel {
     __m256i x00, x01, x10, x11;
     block_lanes(w0, a, &x00, &x01);
     block_lanes(w1, a, &x10, &x11);
-    const __m256i p0 = _mm256_hadd_epi32(x00, x01), p1 = _mm256_hadd_epi32(x10, x11);
-    const __m128i q0 = _mm_add_epi32(_mm256_castsi256_si128(p0), _mm256_extracti128_si256(p0, 1));
-    const __m128i q1 = _mm_add_epi32(_mm256_castsi256_si128(p1), _mm256_extracti128_si256(p1, 1));
-    const __m128i dots = _mm_hadd_epi32(q0, q1);  // row 0's D0, D1, row 1's D0, D1
     const __m128 scale = _mm_mul_ps(_mm_movelh_ps(w0.scale, w1.scale), act_scales(a));
-    const __m128 acc = _mm_fmadd_ps(_mm_cvtepi32_ps(dots), scale, _mm_movelh_ps(acc0, acc1));
-    acc0 = acc;
-    acc1 = _mm_movehl_ps(acc, acc);
+    // acc0 carries both rows' E, O (lanes 2, 3: row 1's, which only this reads; mac never changes
+    // them) and acc1 gets row 1's copy, so the chain from step to step is one FMA.
+    acc0 = _mm_fmadd_ps(_mm_cvtepi32_ps(block_dots2(x00, x01, x10, x11)), scale, acc0);
+    acc1 = _mm_movehl_ps(acc0, acc0);
   }
-  static float finish(Acc acc, const uint8_t*) { return _mm_cvtss_f32(_mm_add_ss(acc, _mm_movehdup_ps(acc))); }
+  static float finish(Acc acc, const uint8_t*) { return even_plus_odd(acc); }
 };
 
 // Prefill: one step of 4 rows.
@@ -169,7 +163,7 @@ struct Int8Interleave {
       const __m256i l[4] = {rows[0].q[j], rows[1].q[j], rows[2].q[j], rows[3].q[j]};
       interleave_rows(l, &out.q[4 * j]);
     }
-    out.scale = _mm256_set_m128(_mm_unpacklo_ps(rows[2].scale, rows[3].scale), _mm_unpacklo_ps(rows[0].scale, rows[1].scale));
+    out.scale = interleaved_scales(rows[0].scale, rows[1].scale, rows[2].scale, rows[3].scale);
   }
   template <int T>
   static void step(const Block& b, const uint8_t* const a[T], Acc acc[T]) {
@@ -199,11 +193,7 @@ struct Int8Interleave {
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), _mm256_mul_ps(b.scale, da), acc[t]);
     }
   }
-  static void store(Acc acc, float* y) {
-    const __m128 lo = _mm256_castps256_ps128(acc), hi = _mm256_extractf128_ps(acc, 1);
-    const __m128 even = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(1, 0, 1, 0)), odd = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
-    _mm_storeu_ps(y, _mm_add_ps(even, odd));
-  }
+  static void store(Acc acc, float* y) { store_even_plus_odd(acc, y); }
 };
 
 constexpr FormatKernels kQ8_0{DType::Q8_0, Q8_0Steps::row_bytes, convert_q8_0_int16,

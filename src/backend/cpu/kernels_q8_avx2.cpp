@@ -1,6 +1,7 @@
 // AVX2 kernels for the 4- and 5-bit formats whose activations are Q8_0 or Q8_1 (see
-// kernels_q8_avx512.cpp for the design): Q4_0, Q4_1, Q5_0, Q5_1, INT4_SYM_G*, INT4_ASYM_G* (the
-// 8-bit Q8_0 and INT8_PC have their own int16 kernels, kernels_q8_0_avx2.cpp). One step is 64
+// kernels_q8_avx512.cpp for the design): Q4_1, Q5_1, INT4_SYM_G64/G128, INT4_ASYM_G* (the 8-bit
+// Q8_0 and INT8_PC have int16 kernels, kernels_q8_0_avx2.cpp, and Q4_0, Q5_0, INT4_SYM_G32
+// interleaved ones, kernels_q4_0_avx2.cpp). One step is 64
 // elements = two activation blocks; lanes of a 32-byte vector hold 16 bytes of each block
 // (kernels_q8_common.h, NB = 2). AVX2 has no VNNI, so the byte products go through maddubs (u8 x
 // s8 -> pairs summed in int16) and madd (int16 pairs -> int32): levels 0..15 (0..31) are unsigned
@@ -87,17 +88,6 @@ struct Q5Decoder {
   static constexpr int64_t kBlockElements = 32, kBlockBytes = kQs + 16;
   static constexpr int C = kAsymmetric ? 0 : 16;
   static constexpr bool kAsym = kAsymmetric;
-  // 16 in each byte whose bit is set: byte j of a lane tests bit j of the lane's 16-bit half.
-  static __m256i fifth_bits(__m256i qh, bool high_half) {
-    const __m256i spread = high_half ? _mm256_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-                                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)
-                                     : _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                                        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const __m256i bit = _mm256_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128,
-                                         1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
-    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, spread), bit), bit);
-    return _mm256_and_si256(set, _mm256_set1_epi8(16));
-  }
   static WeightStep decode(const uint8_t* data, int64_t s) {
     const uint8_t* p = data + s * 2 * kBlockBytes;
     const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(p + kQs)),
@@ -107,8 +97,8 @@ struct Q5Decoder {
     std::memcpy(&qh1, p + kBlockBytes + kQh, 4);
     const __m256i qh = _mm256_setr_epi32(int(qh0), 0, 0, 0, int(qh1), 0, 0, 0);
     WeightStep w;
-    w.a = _mm256_or_si256(low_nibbles(y), fifth_bits(qh, false));
-    w.b = _mm256_or_si256(high_nibbles(y), fifth_bits(qh, true));
+    w.a = _mm256_or_si256(low_nibbles(y), q5_fifth_bits(qh, false));
+    w.b = _mm256_or_si256(high_nibbles(y), q5_fifth_bits(qh, true));
     w.scale = scales2(p, kBlockBytes);
     w.min = kAsymmetric ? scales2(p + 2, kBlockBytes) : _mm256_setzero_ps();
     return w;
@@ -170,11 +160,8 @@ constexpr FormatKernels make_kernels(DType type) {
           matmul_tile<PairKernel<D>>};
 }
 
-constexpr FormatKernels kQ4_0 = make_kernels<Int4Decoder<32, false>>(DType::Q4_0);
 constexpr FormatKernels kQ4_1 = make_kernels<Int4Decoder<32, true>>(DType::Q4_1);  // = INT4_ASYM_G32
-constexpr FormatKernels kQ5_0 = make_kernels<Q5Decoder<false>>(DType::Q5_0);
 constexpr FormatKernels kQ5_1 = make_kernels<Q5Decoder<true>>(DType::Q5_1);
-constexpr FormatKernels kInt4Sym32 = make_kernels<Int4Decoder<32, false>>(DType::INT4_SYM_G32);
 constexpr FormatKernels kInt4Sym64 = make_kernels<Int4Decoder<64, false>>(DType::INT4_SYM_G64);
 constexpr FormatKernels kInt4Sym128 = make_kernels<Int4Decoder<128, false>>(DType::INT4_SYM_G128);
 constexpr FormatKernels kInt4Asym32 = make_kernels<Int4Decoder<32, true>>(DType::INT4_ASYM_G32);
@@ -185,11 +172,8 @@ constexpr FormatKernels kInt4Asym128 = make_kernels<Int4Decoder<128, true>>(DTyp
 
 const FormatKernels* avx2_q8_kernels(DType weight_type) {
   switch (weight_type) {
-    case DType::Q4_0: return &kQ4_0;
     case DType::Q4_1: return &kQ4_1;
-    case DType::Q5_0: return &kQ5_0;
     case DType::Q5_1: return &kQ5_1;
-    case DType::INT4_SYM_G32: return &kInt4Sym32;
     case DType::INT4_SYM_G64: return &kInt4Sym64;
     case DType::INT4_SYM_G128: return &kInt4Sym128;
     case DType::INT4_ASYM_G32: return &kInt4Asym32;

@@ -34,5 +34,20 @@ inline __m256i first_lanes8(int64_t count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+
+// Q5_0/Q5_1's fifth bits for two blocks whose 32-bit qh are lanes 0 and 4 of `qh` (the others 0):
+// 16 in byte j of each 128-bit half where bit j (high_half: bit 16 + j) of that block's qh is set,
+// so that OR-ing them into the low (high) nibbles of [block 0 | block 1] gives the 5-bit levels.
+inline __m256i q5_fifth_bits(__m256i qh, bool high_half) {
+  const __m256i spread = high_half ? _mm256_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+                                                      2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)
+                                   : _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                      0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m256i bit = _mm256_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128,
+                                       1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, spread), bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(16));
+}
+
 }  // namespace
 }  // namespace kestrel::cpu

@@ -75,6 +75,48 @@ inline void store_even_plus_odd(__m256 acc, float* y) {
   _mm_storeu_ps(y, _mm_add_ps(even, odd));
 }
 
+// What the block-pair formats' row-major policies (kernels_tile.h) share: a step is 2 blocks of an
+// activation row laid out by Steps (steps(k), kElements, kBytes, kScale: the da[8] lanes), and a
+// (row, token) accumulator holds E, O in lanes 0, 1 (lanes 2, 3 are never read).
+template <class Steps>
+struct BlockPairPolicy {
+  using Acc = __m128;
+  struct A {
+    const uint8_t* step;
+  };
+  static int64_t steps(int64_t k) { return Steps::steps(k); }
+  static int64_t direct_steps(int64_t k) { return k / Steps::kElements; }
+  static Acc zero() { return _mm_setzero_ps(); }
+  static A load_a(const uint8_t* act, int64_t s) { return {act + s * Steps::kBytes}; }
+  // (d0, d1, d0, d1) of the activation step.
+  static __m128 act_scales(const A& a) {
+    const __m128 lo = _mm_loadu_ps(reinterpret_cast<const float*>(a.step + Steps::kScale));  // d0 d0 d1 d1
+    return _mm_shuffle_ps(lo, lo, _MM_SHUFFLE(2, 0, 2, 0));
+  }
+  static float finish(Acc acc, const uint8_t*) { return even_plus_odd(acc); }
+};
+
+// And what their interleaved policies share: a token's accumulator for 4 rows, lanes E r0, E r1,
+// O r0, O r1 | E r2, E r3, O r2, O r3.
+template <class Steps>
+struct BlockPairInterleaveSteps {
+  using Acc = __m256;
+  static constexpr int64_t kChunk = 16;
+  static constexpr int64_t kActStepBytes = Steps::kBytes;
+  static int64_t steps(int64_t k) { return Steps::steps(k); }
+  static Acc zero() { return _mm256_setzero_ps(); }
+  static void store(Acc acc, float* y) { store_even_plus_odd(acc, y); }
+};
+
+// Step s of weight rows w, w + w_stride, .. (+ 3 w_stride) as the row-major policy K decodes it
+// (a row's last, partial step through load_w_tail): what an interleave starts from.
+template <class K>
+void decode_4_rows(const uint8_t* w, int64_t w_stride, int64_t s, int64_t k, typename K::W rows[4]) {
+  for (int r = 0; r < 4; ++r) {
+    rows[r] = s < K::direct_steps(k) ? K::load_w(w + r * w_stride, s) : K::load_w_tail(w + r * w_stride, s, k);
+  }
+}
+
 // T tokens (activation rows act + t * act_stride, at the chunk's first step) against the chunk's
 // `count` interleaved steps of format P; acc_io[t] holds the 4 rows' sums of token t between chunks.
 template <class P, int T>

@@ -36,24 +36,13 @@ struct LevelSteps {
 
 template <int C>
 void convert_level_activations(const float* x, uint8_t* out, int64_t k) {
-  std::memset(out, 0, size_t(LevelSteps::row_bytes(k)));
-  for (int64_t b = 0; b < k / 32; ++b) {
-    uint8_t* step = out + (b / 2) * LevelSteps::kBytes;
-    const int half = int(b % 2);
-    alignas(32) int8_t q[32];
-    uint16_t d_bits = 0, s_bits = 0;
-    int32_t q_sum = 0;
-    quantize_block<false>(x + b * 32, q, &d_bits, &s_bits, &q_sum);
+  quantize_block_pairs(x, out, k, LevelSteps::kBytes, [](uint8_t* step, int half, const int8_t* q, float d, int32_t q_sum) {
     std::memcpy(step + LevelSteps::kQa + 16 * half, q, 16);
     std::memcpy(step + LevelSteps::kQb + 16 * half, q + 16, 16);
     const int32_t corr = C * q_sum;
-    const float d = _cvtsh_ss(d_bits);
-    const int lanes[4] = {2 * half, 2 * half + 1, 4 + 2 * half, 5 + 2 * half};
-    for (int lane : lanes) {
-      std::memcpy(step + LevelSteps::kCorr + 4 * lane, &corr, 4);
-      std::memcpy(step + LevelSteps::kScale + 4 * lane, &d, 4);
-    }
-  }
+    store_half_lanes(step + LevelSteps::kCorr, half, &corr);
+    store_half_lanes(step + LevelSteps::kScale, half, &d);
+  });
 }
 
 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
@@ -94,20 +83,13 @@ alignas(32) const uint8_t kZeroBlock[32] = {};
 
 // Row-major policy (kernels_tile.h): decode, batches under kInterleavedTokens, rows % 4.
 template <class B>
-struct LevelKernel {
+struct LevelKernel : BlockPairPolicy<LevelSteps> {
   static constexpr int kRows = 2, kTokens = 4, kDecodeRows = 4;
   static constexpr int64_t kStepBytes = 2 * B::kBlockBytes;  // one-token tiles prefetch
-  using Acc = __m128;  // lanes E, O (kernels_interleave_avx2.h); lanes 2 and 3 are never read
   struct W {
     LevelHalves levels;
     __m128 scale;  // the 2 blocks' d, 0, 0
   };
-  struct A {
-    const uint8_t* step;
-  };
-  static int64_t steps(int64_t k) { return LevelSteps::steps(k); }
-  static int64_t direct_steps(int64_t k) { return k / LevelSteps::kElements; }
-  static Acc zero() { return _mm_setzero_ps(); }
   static W load_w(const uint8_t* row, int64_t s) {
     const uint8_t* p = row + s * kStepBytes;
     const uint8_t* p1 = p + B::kBlockBytes;
@@ -119,7 +101,6 @@ struct LevelKernel {
     const uint8_t* p = row + s * kStepBytes;
     return {B::halves(p, kZeroBlock), _mm_cvtph_ps(_mm_cvtsi32_si128(int(load_u16(p))))};
   }
-  static A load_a(const uint8_t* act, int64_t s) { return {act + s * LevelSteps::kBytes}; }
   // Int32 lanes of the step's level x activation products: 4 of block 0, then 4 of block 1 (the
   // two maddubs add up in int16: 2 x 2 x 31 x 127 < 32767).
   static __m256i step_lanes(const LevelHalves& w, const A& a) {
@@ -127,14 +108,10 @@ struct LevelKernel {
     const __m256i hi = _mm256_maddubs_epi16(w.hi, load256(a.step + LevelSteps::kQb));
     return _mm256_madd_epi16(_mm256_add_epi16(lo, hi), _mm256_set1_epi16(1));
   }
-  // (C s0, C s1, C s0, C s1) and (d0, d1, d0, d1) of the activation step.
+  // (C s0, C s1, C s0, C s1) of the activation step.
   static __m128i act_corr(const A& a) {
     const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.step + LevelSteps::kCorr));
     return _mm_shuffle_epi32(lo, _MM_SHUFFLE(2, 0, 2, 0));
-  }
-  static __m128 act_scales(const A& a) {
-    const __m128 lo = _mm_loadu_ps(reinterpret_cast<const float*>(a.step + LevelSteps::kScale));
-    return _mm_shuffle_ps(lo, lo, _MM_SHUFFLE(2, 0, 2, 0));
   }
   // (D0, D1 of x, D0, D1 of y) from two step_lanes results (exact).
   static __m128i two_rows(__m256i x, __m256i y) {
@@ -163,7 +140,6 @@ struct LevelKernel {
     acc0 = _mm_fmadd_ps(_mm_cvtepi32_ps(dots), scale, acc0);
     acc1 = _mm_movehl_ps(acc0, acc0);
   }
-  static float finish(Acc acc, const uint8_t*) { return even_plus_odd(acc); }
 };
 
 // Prefill: one step of 4 rows.
@@ -175,19 +151,12 @@ struct LevelInterleaved4 {
 };
 
 template <class B>
-struct LevelInterleave {
+struct LevelInterleave : BlockPairInterleaveSteps<LevelSteps> {  // a chunk: 4.5 KB of decoded rows
   using Kernel = LevelKernel<B>;
   using Block = LevelInterleaved4;
-  using Acc = __m256;  // token t's 4 rows: lanes E r0, E r1, O r0, O r1 | E r2, E r3, O r2, O r3
-  static constexpr int64_t kChunk = 16;  // 4.5 KB of decoded rows
-  static constexpr int64_t kActStepBytes = LevelSteps::kBytes;
-  static int64_t steps(int64_t k) { return LevelSteps::steps(k); }
-  static Acc zero() { return _mm256_setzero_ps(); }
   static void interleave(const uint8_t* w, int64_t w_stride, int64_t s, int64_t k, Block& out) {
     typename Kernel::W rows[4];
-    for (int r = 0; r < 4; ++r) {
-      rows[r] = s < Kernel::direct_steps(k) ? Kernel::load_w(w + r * w_stride, s) : Kernel::load_w_tail(w + r * w_stride, s, k);
-    }
+    decode_4_rows<Kernel>(w, w_stride, s, k, rows);
     const __m256i lo[4] = {rows[0].levels.lo, rows[1].levels.lo, rows[2].levels.lo, rows[3].levels.lo};
     const __m256i hi[4] = {rows[0].levels.hi, rows[1].levels.hi, rows[2].levels.hi, rows[3].levels.hi};
     interleave_rows(lo, &out.levels[0]);
@@ -226,7 +195,6 @@ struct LevelInterleave {
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), _mm256_mul_ps(b.scale, da), acc[t]);
     }
   }
-  static void store(Acc acc, float* y) { store_even_plus_odd(acc, y); }
 };
 
 template <class B>

@@ -34,22 +34,13 @@ struct Q8_0Steps {
 };
 
 void convert_q8_0_int16(const float* x, uint8_t* out, int64_t k) {
-  std::memset(out, 0, size_t(Q8_0Steps::row_bytes(k)));
-  for (int64_t b = 0; b < k / 32; ++b) {
-    uint8_t* step = out + (b / 2) * Q8_0Steps::kBytes;
-    const int half = int(b % 2);
-    alignas(32) int8_t q[32];
-    uint16_t d_bits = 0, s_bits = 0;
-    int32_t q_sum = 0;
-    quantize_block<false>(x + b * 32, q, &d_bits, &s_bits, &q_sum);
+  quantize_block_pairs(x, out, k, Q8_0Steps::kBytes, [](uint8_t* step, int half, const int8_t* q, float d, int32_t) {
     const __m256i bytes = _mm256_load_si256(reinterpret_cast<const __m256i*>(q));
     uint8_t* q16 = step + Q8_0Steps::kQ + 64 * half;
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q16), _mm256_cvtepi8_epi16(_mm256_castsi256_si128(bytes)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q16 + 32), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(bytes, 1)));
-    const float d = _cvtsh_ss(d_bits);
-    const int lanes[4] = {2 * half, 2 * half + 1, 4 + 2 * half, 5 + 2 * half};
-    for (int lane : lanes) std::memcpy(step + Q8_0Steps::kScale + 4 * lane, &d, 4);
-  }
+    store_half_lanes(step + Q8_0Steps::kScale, half, &d);
+  });
 }
 
 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
@@ -78,21 +69,14 @@ struct Int8PcBlocks {
 
 // Row-major policy (kernels_tile.h): decode, batches under kInterleavedTokens, rows % 4.
 template <class B>
-struct Int8Kernel {
+struct Int8Kernel : BlockPairPolicy<Q8_0Steps> {
   // A decoded step is 5 registers: 1 row x 4 tokens fits AVX2's 16.
   static constexpr int kRows = 1, kTokens = 4, kDecodeRows = 4;
   static constexpr int64_t kStepBytes = 2 * B::kBlockBytes;  // one-token tiles prefetch
-  using Acc = __m128;  // lanes E, O (see the top); lanes 2 and 3 are never read
   struct W {
     __m256i q[4];  // int16 elements 0-15, 16-31, 32-47, 48-63 of the step
     __m128 scale;  // the 2 blocks' d, 0, 0
   };
-  struct A {
-    const uint8_t* step;
-  };
-  static int64_t steps(int64_t k) { return Q8_0Steps::steps(k); }
-  static int64_t direct_steps(int64_t k) { return k / Q8_0Steps::kElements; }
-  static Acc zero() { return _mm_setzero_ps(); }
   static W load_w(const uint8_t* row, int64_t s) {
     const uint8_t* p = row + B::kHeader + s * kStepBytes;
     const uint8_t* q0 = p + B::kQs;
@@ -105,17 +89,11 @@ struct Int8Kernel {
     const __m256i zero = _mm256_setzero_si256();
     return {{widen16(p + B::kQs), widen16(p + B::kQs + 16), zero, zero}, B::scales(row, p, false)};
   }
-  static A load_a(const uint8_t* act, int64_t s) { return {act + s * Q8_0Steps::kBytes}; }
   // The 8 int32 lanes of block 0's (x0) and block 1's (x1) products.
   static void block_lanes(const W& w, const A& a, __m256i* x0, __m256i* x1) {
     const uint8_t* q = a.step + Q8_0Steps::kQ;
     *x0 = _mm256_add_epi32(_mm256_madd_epi16(w.q[0], load256(q)), _mm256_madd_epi16(w.q[1], load256(q + 32)));
     *x1 = _mm256_add_epi32(_mm256_madd_epi16(w.q[2], load256(q + 64)), _mm256_madd_epi16(w.q[3], load256(q + 96)));
-  }
-  // (d0, d1, d0, d1) of the activation step.
-  static __m128 act_scales(const A& a) {
-    const __m128 lo = _mm_loadu_ps(reinterpret_cast<const float*>(a.step + Q8_0Steps::kScale));  // d0 d0 d1 d1
-    return _mm_shuffle_ps(lo, lo, _MM_SHUFFLE(2, 0, 2, 0));
   }
   static void mac(Acc& acc, const W& w, const A& a) {
     __m256i x0, x1;
@@ -135,7 +113,6 @@ struct Int8Kernel {
     acc0 = _mm_fmadd_ps(_mm_cvtepi32_ps(block_dots2(x00, x01, x10, x11)), scale, acc0);
     acc1 = _mm_movehl_ps(acc0, acc0);
   }
-  static float finish(Acc acc, const uint8_t*) { return even_plus_odd(acc); }
 };
 
 // Prefill: one step of 4 rows.
@@ -145,20 +122,12 @@ struct Q8_0Interleaved4 {
 };
 
 template <class B>
-struct Int8Interleave {
+struct Int8Interleave : BlockPairInterleaveSteps<Q8_0Steps> {  // a chunk: 8.5 KB of decoded rows
   using Kernel = Int8Kernel<B>;
   using Block = Q8_0Interleaved4;
-  // Token t's 4 rows: lanes E r0, E r1, O r0, O r1 | E r2, E r3, O r2, O r3.
-  using Acc = __m256;
-  static constexpr int64_t kChunk = 16;  // 8.5 KB of decoded rows
-  static constexpr int64_t kActStepBytes = Q8_0Steps::kBytes;
-  static int64_t steps(int64_t k) { return Q8_0Steps::steps(k); }
-  static Acc zero() { return _mm256_setzero_ps(); }
   static void interleave(const uint8_t* w, int64_t w_stride, int64_t s, int64_t k, Block& out) {
     typename Kernel::W rows[4];
-    for (int r = 0; r < 4; ++r) {
-      rows[r] = s < Kernel::direct_steps(k) ? Kernel::load_w(w + r * w_stride, s) : Kernel::load_w_tail(w + r * w_stride, s, k);
-    }
+    decode_4_rows<Kernel>(w, w_stride, s, k, rows);
     for (int j = 0; j < 4; ++j) {
       const __m256i l[4] = {rows[0].q[j], rows[1].q[j], rows[2].q[j], rows[3].q[j]};
       interleave_rows(l, &out.q[4 * j]);
@@ -193,7 +162,6 @@ struct Int8Interleave {
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), _mm256_mul_ps(b.scale, da), acc[t]);
     }
   }
-  static void store(Acc acc, float* y) { store_even_plus_odd(acc, y); }
 };
 
 constexpr FormatKernels kQ8_0{DType::Q8_0, Q8_0Steps::row_bytes, convert_q8_0_int16,

@@ -92,6 +92,28 @@ inline void quantize_block(const float* x, int8_t* q, uint16_t* d_bits, uint16_t
   if constexpr (kQ81) *s_bits = uint16_t(_cvtss_sh(d * float(*q_sum), _MM_FROUND_TO_NEAREST_INT));
 }
 
+// For the layouts in steps of 2 blocks (kernels_q8_0_avx2.cpp, kernels_q4_0_avx2.cpp): zeroes the
+// row's steps of step_bytes, quantizes each block of 32 as quantize_block does and hands it to
+// store(step, half, q, d, q_sum), half = the block's place in its step (0, 1).
+template <class Store>
+void quantize_block_pairs(const float* x, uint8_t* out, int64_t k, int64_t step_bytes, Store store) {
+  std::memset(out, 0, size_t((k + 63) / 64 * step_bytes));
+  for (int64_t b = 0; b < k / 32; ++b) {
+    alignas(32) int8_t q[32];
+    uint16_t d_bits = 0, s_bits = 0;
+    int32_t q_sum = 0;
+    quantize_block<false>(x + b * 32, q, &d_bits, &s_bits, &q_sum);
+    store(out + (b / 2) * step_bytes, int(b % 2), q, _cvtsh_ss(d_bits), q_sum);
+  }
+}
+
+// Writes the 4 bytes at `value` to the 4 lanes of block `half` in the 8-lane vector at p (lanes
+// 2 half, 2 half + 1, 4 + 2 half, 5 + 2 half: the interleaved tiles' order).
+inline void store_half_lanes(uint8_t* p, int half, const void* value) {
+  const int lanes[4] = {2 * half, 2 * half + 1, 4 + 2 * half, 5 + 2 * half};
+  for (int lane : lanes) std::memcpy(p + 4 * lane, value, 4);
+}
+
 // Converts a row of k floats (k a multiple of 32) to the layout above; C is the weight offset.
 template <int NB, bool kQ81, int C>
 void convert_q8_groups(const float* x, uint8_t* out, int64_t k) {

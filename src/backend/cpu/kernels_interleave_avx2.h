@@ -45,8 +45,9 @@ inline void interleave_rows(const __m256i l[4], __m256i out[4]) {
 // D_b per (row, token) and adds it as fma(float(D_b), d_weight * d_activation, E or O), E for
 // even blocks, O for odd ones; a row's result is E + O.
 
-// (D0, D1, D0, D1) from the 8 int32 lanes of block 0's (x0) and block 1's (x1) products.
-inline __m128i block_dots(__m256i x0, __m256i x1) {
+// (sum of x0's 8 int32 lanes, of x1's, of x0's, of x1's), exact: e.g. (D0, D1, D0, D1) from the
+// lanes of block 0's and block 1's products.
+inline __m128i lane_sums2(__m256i x0, __m256i x1) {
   const __m256i pairs = _mm256_hadd_epi32(x0, x1);
   const __m128i quads = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
   return _mm_hadd_epi32(quads, quads);

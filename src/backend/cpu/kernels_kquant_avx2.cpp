@@ -45,15 +45,6 @@ inline int32_t hsum_epi32(__m256i v) {
   return _mm_cvtsi128_si32(_mm_add_epi32(quads, _mm_shuffle_epi32(quads, 1)));
 }
 
-// The sums of a's and of b's 8 int32 lanes (exact: integer adds in any order give the same sum).
-inline void hsum2_epi32(__m256i a, __m256i b, int32_t* sum_a, int32_t* sum_b) {
-  const __m256i pairs = _mm256_hadd_epi32(a, b);  // a01 a23 b01 b23 | a45 a67 b45 b67
-  __m128i quads = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
-  quads = _mm_hadd_epi32(quads, quads);  // a, b, a, b
-  *sum_a = _mm_cvtsi128_si32(quads);
-  *sum_b = _mm_extract_epi32(quads, 1);
-}
-
 // Byte-shuffle controls that spread int16 scale j of a vector holding 8 (in each 128-bit lane) over
 // every int16 lane (kernels_tile.h: constants stay plain arrays).
 alignas(32) const uint8_t kScaleSpread[8][32] = {
@@ -117,11 +108,10 @@ struct Q45KKernel {
   // super-block's exact integer sums S = sum_j scale_j (levels_j . q_j) and M = sum_p min_p bsum_p
   // (here as int32 lanes), acc = fma(S, d * d_a, acc), then acc = fma(M, -dmin * d_a, acc).
   static void finish_block(Acc& acc, __m256i sum_lanes, __m256i min_lanes, float wd, float neg_dmin, const A& a) {
-    int32_t sum = 0, min_sum = 0;
-    hsum2_epi32(sum_lanes, min_lanes, &sum, &min_sum);
+    const __m128i sums = lane_sums2(sum_lanes, min_lanes);  // S, M, S, M
     const float d = a.d();
-    acc = fma1(float(sum), wd * d, acc);
-    acc = fma1(float(min_sum), neg_dmin * d, acc);
+    acc = fma1(float(_mm_cvtsi128_si32(sums)), wd * d, acc);
+    acc = fma1(float(_mm_extract_epi32(sums, 1)), neg_dmin * d, acc);
   }
 
   static W load_w(const uint8_t* row, int64_t s) {
@@ -396,9 +386,7 @@ struct Q6KKernel {
   static void mac_direct2(Acc& acc0, Acc& acc1, const uint8_t* row0, const uint8_t* row1, int64_t s, const A& a) {
     const uint8_t* p0 = row0 + s * kBlockBytes;
     const uint8_t* p1 = row1 + s * kBlockBytes;
-    const __m256i pairs = _mm256_hadd_epi32(direct_lanes(p0, a), direct_lanes(p1, a));
-    __m128i quads = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
-    quads = _mm_hadd_epi32(quads, quads);  // S0 S1 S0 S1
+    const __m128i quads = lane_sums2(direct_lanes(p0, a), direct_lanes(p1, a));  // S0 S1 S0 S1
     const __m128 scale = _mm_mul_ps(_mm_setr_ps(block_d(p0), block_d(p1), 0.0f, 0.0f), _mm_set1_ps(a.d()));
     const __m128 acc = _mm_fmadd_ps(_mm_cvtepi32_ps(quads), scale, _mm_setr_ps(acc0, acc1, 0.0f, 0.0f));
     acc0 = _mm_cvtss_f32(acc);

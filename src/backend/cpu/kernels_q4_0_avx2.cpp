@@ -52,29 +52,23 @@ struct LevelHalves {
   __m256i lo, hi;
 };
 
-// From two blocks' 16 bytes of nibbles (element j in the low nibble of byte j, j + 16 in the high).
-inline LevelHalves nibble_halves(const uint8_t* qs0, const uint8_t* qs1) {
-  const __m256i y = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(qs1), reinterpret_cast<const __m128i*>(qs0));
-  const __m256i low = _mm256_set1_epi8(0x0f);
-  return {_mm256_and_si256(y, low), _mm256_and_si256(_mm256_srli_epi16(y, 4), low)};
-}
-
 struct Q4_0Blocks {
   static constexpr int C = 8;
   static constexpr int64_t kBlockBytes = 18;
-  static LevelHalves halves(const uint8_t* b0, const uint8_t* b1) { return nibble_halves(b0 + 2, b1 + 2); }
+  static LevelHalves halves(const uint8_t* b0, const uint8_t* b1) {
+    LevelHalves h;
+    nibble_halves(b0 + 2, b1 + 2, &h.lo, &h.hi);
+    return h;
+  }
 };
 
 struct Q5_0Blocks {
   static constexpr int C = 16;
   static constexpr int64_t kBlockBytes = 22;
   static LevelHalves halves(const uint8_t* b0, const uint8_t* b1) {
-    uint32_t qh0, qh1;
-    std::memcpy(&qh0, b0 + 2, 4);
-    std::memcpy(&qh1, b1 + 2, 4);
-    const __m256i qh = _mm256_setr_epi32(int(qh0), 0, 0, 0, int(qh1), 0, 0, 0);
-    const LevelHalves n = nibble_halves(b0 + 6, b1 + 6);
-    return {_mm256_or_si256(n.lo, q5_fifth_bits(qh, false)), _mm256_or_si256(n.hi, q5_fifth_bits(qh, true))};
+    LevelHalves h;
+    five_bit_halves(b0 + 2, b0 + 6, b1 + 2, b1 + 6, &h.lo, &h.hi);
+    return h;
   }
 };
 

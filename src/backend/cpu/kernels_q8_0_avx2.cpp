@@ -98,7 +98,7 @@ struct Int8Kernel : BlockPairPolicy<Q8_0Steps> {
   static void mac(Acc& acc, const W& w, const A& a) {
     __m256i x0, x1;
     block_lanes(w, a, &x0, &x1);
-    acc = _mm_fmadd_ps(_mm_cvtepi32_ps(block_dots(x0, x1)), _mm_mul_ps(w.scale, act_scales(a)), acc);
+    acc = _mm_fmadd_ps(_mm_cvtepi32_ps(lane_sums2(x0, x1)), _mm_mul_ps(w.scale, act_scales(a)), acc);
   }
   static void mac_direct(Acc& acc, const uint8_t* row, int64_t s, const A& a) { mac(acc, load_w(row, s), a); }
   // Two rows: one hadd tree gives (D0, D1) of both, and one cvt, mul and FMA serve both.

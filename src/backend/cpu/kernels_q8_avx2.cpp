@@ -28,9 +28,6 @@ inline __m256 scales2(const uint8_t* p, int64_t stride) {
 inline __m256 scales1(const uint8_t* p) { return _mm256_set1_ps(fp16_to_f32(load_u16(p))); }
 
 inline __m256i low_nibbles(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f)); }
-inline __m256i high_nibbles(__m256i v) {
-  return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
-}
 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 
@@ -44,10 +41,7 @@ struct Int4Decoder {
     WeightStep w;
     if constexpr (G == 32) {
       const uint8_t* p = data + s * 2 * kBlockBytes;
-      const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(p + kQs)),
-                                                load128(p + kBlockBytes + kQs), 1);
-      w.a = low_nibbles(y);
-      w.b = high_nibbles(y);
+      nibble_halves(p + kQs, p + kBlockBytes + kQs, &w.a, &w.b);
       w.scale = scales2(p, kBlockBytes);
       if constexpr (kAsymmetric) w.min = scales2(p + 2, kBlockBytes);
     } else if constexpr (G == 64) {
@@ -79,28 +73,18 @@ struct Int4Decoder {
   }
 };
 
-// Q5_0 (d, qh[4], qs[16]; level - 16) and Q5_1 (d, m, qh[4], qs[16]; level * d + m): the 4-bit
-// levels of two blocks as in Int4Decoder<32>, plus bit j of qh (elements j < 16, vector a) or bit
-// 16 + j (element 16 + j, vector b) as the fifth bit.
-template <bool kAsymmetric>
-struct Q5Decoder {
-  static constexpr int64_t kQh = kAsymmetric ? 4 : 2, kQs = kQh + 4;
+// Q5_1 (d, m, qh[4], qs[16]; level * d + m): the 5-bit levels of two blocks (five_bit_halves).
+struct Q5_1Decoder {
+  static constexpr int64_t kQh = 4, kQs = 8;
   static constexpr int64_t kBlockElements = 32, kBlockBytes = kQs + 16;
-  static constexpr int C = kAsymmetric ? 0 : 16;
-  static constexpr bool kAsym = kAsymmetric;
+  static constexpr int C = 0;
+  static constexpr bool kAsym = true;
   static WeightStep decode(const uint8_t* data, int64_t s) {
     const uint8_t* p = data + s * 2 * kBlockBytes;
-    const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(p + kQs)),
-                                              load128(p + kBlockBytes + kQs), 1);
-    uint32_t qh0, qh1;
-    std::memcpy(&qh0, p + kQh, 4);
-    std::memcpy(&qh1, p + kBlockBytes + kQh, 4);
-    const __m256i qh = _mm256_setr_epi32(int(qh0), 0, 0, 0, int(qh1), 0, 0, 0);
     WeightStep w;
-    w.a = _mm256_or_si256(low_nibbles(y), q5_fifth_bits(qh, false));
-    w.b = _mm256_or_si256(high_nibbles(y), q5_fifth_bits(qh, true));
+    five_bit_halves(p + kQh, p + kQs, p + kBlockBytes + kQh, p + kBlockBytes + kQs, &w.a, &w.b);
     w.scale = scales2(p, kBlockBytes);
-    w.min = kAsymmetric ? scales2(p + 2, kBlockBytes) : _mm256_setzero_ps();
+    w.min = scales2(p + 2, kBlockBytes);
     return w;
   }
 };
@@ -108,8 +92,8 @@ struct Q5Decoder {
 template <class D>
 struct PairKernel {
   using Layout = Q8Layout<2, D::kAsym>;
-  // 2 x 4 tiles: one Zen 3 core, 8192 x 2048, n = 512, best of 3 against 1 x 4: Q8_0 65 -> 75,
-  // Q4_0 66 -> 86, INT8_PC 57 -> 74, INT4_ASYM_G128 54 -> 69 GFLOP/s (2 x 3, 2 x 2: slower).
+  // 2 x 4 tiles: one Zen 3 core, 8192 x 2048, n = 512, best of 3 against 1 x 4: INT4_ASYM_G128
+  // 54 -> 69 GFLOP/s (Q4_0, since moved to kernels_q4_0_avx2.cpp, 66 -> 86; 2 x 3, 2 x 2: slower).
   static constexpr int kRows = 2, kTokens = 4, kDecodeRows = 2;
   // Bytes of one step (for G = 128 a step is half a block; such rows never have a partial step).
   static constexpr int64_t kStepBytes =
@@ -161,7 +145,7 @@ constexpr FormatKernels make_kernels(DType type) {
 }
 
 constexpr FormatKernels kQ4_1 = make_kernels<Int4Decoder<32, true>>(DType::Q4_1);  // = INT4_ASYM_G32
-constexpr FormatKernels kQ5_1 = make_kernels<Q5Decoder<true>>(DType::Q5_1);
+constexpr FormatKernels kQ5_1 = make_kernels<Q5_1Decoder>(DType::Q5_1);
 constexpr FormatKernels kInt4Sym64 = make_kernels<Int4Decoder<64, false>>(DType::INT4_SYM_G64);
 constexpr FormatKernels kInt4Sym128 = make_kernels<Int4Decoder<128, false>>(DType::INT4_SYM_G128);
 constexpr FormatKernels kInt4Asym32 = make_kernels<Int4Decoder<32, true>>(DType::INT4_ASYM_G32);

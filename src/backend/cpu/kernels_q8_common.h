@@ -1,7 +1,8 @@
-// Activation converter shared by the AVX2 and AVX-512 kernels of the formats that dot with Q8_0 or
-// Q8_1 activations (Q8_0, Q4_0, INT8_PC, INT4_SYM_G*, INT4_ASYM_G*). Included by
-// kernels_q8_avx2.cpp, kernels_q8_0_avx2.cpp (quantize_block only) and kernels_q8_avx512.cpp;
-// AVX2 code with internal linkage (see kernels_tile.h), so each includer compiles its own copy.
+// Activation quantization shared by the AVX2 and AVX-512 kernels of the formats that dot with Q8_0
+// or Q8_1 activations (Q8_0, Q4_0/1, Q5_0/1, INT8_PC, INT4_SYM_G*, INT4_ASYM_G*): the grouped
+// layout below (kernels_q8_avx2.cpp, kernels_q8_avx512.cpp) and the loop over block pairs the
+// AVX2 block-pair layouts use (kernels_q8_0_avx2.cpp, kernels_q4_0_avx2.cpp). AVX2 code with
+// internal linkage (see kernels_tile.h), so each includer compiles its own copy.
 //
 // The values are bit for bit those of quant's quantize_row_q8_0 (Q8_0: d = amax / 127, q rounded
 // half away from zero) or quantize_row_q8_1 (Q8_1: ties to even, clamped, plus s = F16(d sum q)),

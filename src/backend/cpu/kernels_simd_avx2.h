@@ -35,18 +35,34 @@ inline __m256i first_lanes8(int64_t count) {
 }
 
 
-// Q5_0/Q5_1's fifth bits for two blocks whose 32-bit qh are lanes 0 and 4 of `qh` (the others 0):
-// 16 in byte j of each 128-bit half where bit j (high_half: bit 16 + j) of that block's qh is set,
-// so that OR-ing them into the low (high) nibbles of [block 0 | block 1] gives the 5-bit levels.
-inline __m256i q5_fifth_bits(__m256i qh, bool high_half) {
-  const __m256i spread = high_half ? _mm256_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-                                                      2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)
-                                   : _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                                      0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+// The levels of two 32-element blocks of nibbles (element j in the low nibble of byte j of qs,
+// j + 16 in the high) as halves: *lo = [block 0 | block 1] elements 0-15, *hi = elements 16-31.
+inline void nibble_halves(const uint8_t* qs0, const uint8_t* qs1, __m256i* lo, __m256i* hi) {
+  const __m256i y = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(qs1), reinterpret_cast<const __m128i*>(qs0));
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  *lo = _mm256_and_si256(y, low);
+  *hi = _mm256_and_si256(_mm256_srli_epi16(y, 4), low);
+}
+
+// Q5_0/Q5_1: nibble_halves plus each block's 32-bit qh (at qh0, qh1), bit j giving 16 to element j.
+inline void five_bit_halves(const uint8_t* qh0, const uint8_t* qs0, const uint8_t* qh1, const uint8_t* qs1,
+                            __m256i* lo, __m256i* hi) {
+  nibble_halves(qs0, qs1, lo, hi);
+  uint32_t h0, h1;
+  std::memcpy(&h0, qh0, 4);
+  std::memcpy(&h1, qh1, 4);
+  const __m256i qh = _mm256_setr_epi32(int(h0), 0, 0, 0, int(h1), 0, 0, 0);
+  // Byte j of each half takes byte j / 8 of its block's qh (of qh >> 16 for hi), then tests bit j % 8.
+  const __m256i spread_lo = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                             0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const __m256i bit = _mm256_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128,
                                        1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, spread), bit), bit);
-  return _mm256_and_si256(set, _mm256_set1_epi8(16));
+  const __m256i sixteen = _mm256_set1_epi8(16);
+  auto fifth = [&](__m256i spread) {
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, spread), bit), bit), sixteen);
+  };
+  *lo = _mm256_or_si256(*lo, fifth(spread_lo));
+  *hi = _mm256_or_si256(*hi, fifth(_mm256_add_epi8(spread_lo, _mm256_set1_epi8(2))));
 }
 
 }  // namespace

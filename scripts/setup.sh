@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(
   g++ cmake make pkg-config git
   clang libclang-rt-14-dev                 # libFuzzer target for the GGUF reader
+  g++-aarch64-linux-gnu                    # scripts/check_portable.sh: the portable sources build for ARM
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libxxhash-dev
   python3 python3-venv

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,6 +12,11 @@ namespace kestrel::test {
 
 std::string shared_model_path(const std::string& relative) {
   return std::string(KESTREL_SHARED_MODELS) + "/" + relative;
+}
+
+std::string default_model_path() {
+  if (const char* env = std::getenv("KESTREL_DEFAULT_MODEL")) return env;
+  return KESTREL_DEFAULT_MODEL;
 }
 
 std::string test_data_path(const std::string& relative) {

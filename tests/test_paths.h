@@ -7,6 +7,8 @@ namespace kestrel::test {
 
 // ../shared/models beside the project root.
 std::string shared_model_path(const std::string& relative);
+// The default model (scripts/fetch_default_model.sh; KESTREL_DEFAULT_MODEL overrides it).
+std::string default_model_path();
 // tests/data in the source tree.
 std::string test_data_path(const std::string& relative);
 // A fresh scratch directory for one test process (removed and recreated).

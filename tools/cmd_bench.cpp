@@ -3,6 +3,9 @@
 // sampler):
 //   pp   one prompt of --pp tokens in one forward pass (llama-bench's pp512);
 //   tg   --tg tokens generated one at a time from an empty cache (llama-bench's tg128);
+//   --depth D  pp and tg after D tokens already in the cache (llama-bench -d D: what a long
+//        context costs, where the KV cache is a large share of the bytes a step reads);
+//   --kv-type T  the K/V cache type (f16 default; core/kv_spec.h);
 //   batch B sequences decoding together, one token each per step, --batch-tg steps from an empty
 //        cache: total and per-sequence tok/s;
 //   bandwidth  a 2 GiB streaming read with the same thread count (best pass, before and after the
@@ -28,6 +31,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
+#include "kv_options.h"
 #include "runner/model_runner.h"
 
 namespace kestrel::cli {
@@ -43,6 +47,8 @@ struct BenchOptions {
   std::vector<int> batch = {1, 2, 4, 8, 16, 32};
   int batch_tg = 32;
   int reps = 3;
+  int depth = 0;
+  KvOptions kv;
   bool json = false;
   bool no_bandwidth = false;
 };
@@ -125,27 +131,47 @@ class Bench {
     const int max_batch = o.batch.empty() ? 1 : *std::max_element(o.batch.begin(), o.batch.end());
     const int64_t seq_tokens = std::max<int64_t>({o.pp, o.tg, o.batch_tg}) + 1;
     blocks_per_seq_ = (seq_tokens + kBlockSize - 1) / kBlockSize;
+    // Sequence 0 also holds the depth context (the batched tests start from an empty cache).
+    const int64_t first_seq_blocks = (o.depth + seq_tokens + kBlockSize - 1) / kBlockSize;
     num_seqs_ = std::max(1, max_batch);
     RunnerConfig config;
     config.num_threads = o.threads;
-    config.block_size = kBlockSize;
+    config.kv = model.kv_spec(o.kv.k_type(), o.kv.v_type(), kBlockSize);
+    config.kv.rotate = o.kv.rotate;
     num_groups_ = model.kv_layout().group_windows.size();
-    config.group_blocks.assign(num_groups_, blocks_per_seq_ * num_seqs_);
+    config.group_blocks.assign(num_groups_, first_seq_blocks + blocks_per_seq_ * (num_seqs_ - 1));
     runner_ = std::make_unique<ModelRunner>(model, config);
+    BlockId next = 0;
     for (int s = 0; s < num_seqs_; ++s) {
       auto& table = tables_.emplace_back();
-      for (int64_t b = 0; b < blocks_per_seq_; ++b) table.push_back(BlockId(s * blocks_per_seq_ + b));
+      for (int64_t b = 0; b < (s == 0 ? first_seq_blocks : blocks_per_seq_); ++b) table.push_back(next++);
     }
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> token(0, int32_t(model.config().n_vocab) - 1);
-    prompt_.resize(size_t(std::max(o.pp, 1)));
+    prompt_.resize(size_t(std::max({o.pp, o.depth, 1})));
     for (auto& id : prompt_) id = token(rng);
   }
+
+  // Fills sequence 0's cache with o.depth tokens of context (chunks of 512), once: the tests then
+  // write their tokens after it.
+  void fill_depth() {
+    for (int64_t pos = 0; pos < o_.depth; pos += 512) {
+      SequenceChunk chunk;
+      const int64_t n = std::min<int64_t>(512, o_.depth - pos);
+      chunk.tokens = std::span<const TokenId>(prompt_.data() + pos, size_t(n));
+      chunk.start_position = pos;
+      chunk.block_tables.assign(num_groups_, tables_[0]);
+      chunk.logits_from = n - 1;
+      runner_->execute(std::span<const SequenceChunk>(&chunk, 1));
+    }
+  }
+  const ModelRunner& runner() const { return *runner_; }
 
   // Seconds for one prompt of o.pp tokens.
   double prompt() {
     SequenceChunk chunk;
     chunk.tokens = std::span<const TokenId>(prompt_.data(), size_t(o_.pp));
+    chunk.start_position = o_.depth;
     chunk.block_tables.assign(num_groups_, tables_[0]);
     chunk.logits_from = o_.pp - 1;
     const auto start = Clock::now();
@@ -153,8 +179,9 @@ class Bench {
     return seconds_since(start);
   }
 
-  // Seconds for `steps` decode steps of `num_seqs` sequences, each from an empty cache.
-  double decode(int num_seqs, int steps) {
+  // Seconds for `steps` decode steps of `num_seqs` sequences, each from an empty cache (sequence
+  // 0 alone: from `depth`).
+  double decode(int num_seqs, int steps, int64_t depth = 0) {
     const int64_t n_vocab = model_.config().n_vocab;
     std::vector<TokenId> tokens(static_cast<size_t>(num_seqs));
     for (int s = 0; s < num_seqs; ++s) tokens[size_t(s)] = prompt_[size_t(s) % prompt_.size()];
@@ -164,7 +191,7 @@ class Bench {
       for (int s = 0; s < num_seqs; ++s) {
         SequenceChunk& c = chunks[size_t(s)];
         c.tokens = std::span<const TokenId>(&tokens[size_t(s)], 1);
-        c.start_position = step;
+        c.start_position = depth + step;
         c.block_tables.assign(num_groups_, tables_[size_t(s)]);
         c.logits_from = 0;
       }
@@ -204,12 +231,13 @@ void bench(BenchOptions o) {
   double bandwidth = o.no_bandwidth ? 0.0 : measure_bandwidth(o.threads, bandwidth_bytes, 3);
 
   Bench bench(*model, o);
-  bench.decode(1, 2);  // warm-up: threads, caches, scratch
+  bench.fill_depth();
+  bench.decode(1, 2, o.depth);  // warm-up: threads, caches, scratch
   std::vector<double> pp_rates, tg_rates;
   std::vector<std::vector<double>> batch_rates(o.batch.size());
   for (int rep = 0; rep < o.reps; ++rep) {
     if (o.pp > 0) pp_rates.push_back(double(o.pp) / bench.prompt());
-    if (o.tg > 0) tg_rates.push_back(double(o.tg) / bench.decode(1, o.tg));
+    if (o.tg > 0) tg_rates.push_back(double(o.tg) / bench.decode(1, o.tg, o.depth));
     for (size_t i = 0; i < o.batch.size(); ++i) {
       const int b = o.batch[i];
       batch_rates[i].push_back(double(b) * o.batch_tg / bench.decode(b, o.batch_tg));
@@ -226,6 +254,9 @@ void bench(BenchOptions o) {
              double(bytes_per_token) / double(1 << 30));
   double load[1] = {0.0};
   const bool have_load = getloadavg(load, 1) == 1;
+  const KvCacheSpec& kv = bench.runner().kv_spec();
+  fmt::print("KV cache: {} ({} bytes per token over {} layers), depth {}\n", kv.describe(),
+             kv.token_bytes() * c.n_layer, c.n_layer, o.depth);
   fmt::print("threads: {}, reps: {} (medians){}\n", o.threads, o.reps,
              have_load ? fmt::format(", load average {:.1f} on {} cores (other work skews the figures)",
                                      load[0], default_thread_count())
@@ -236,9 +267,10 @@ void bench(BenchOptions o) {
   }
   fmt::print("\n| test | tok/s | tok/s per sequence | roofline tok/s | % of roofline |\n");
   fmt::print("|---|---:|---:|---:|---:|\n");
-  if (o.pp > 0) fmt::print("| pp{} | {} | | - | - |\n", o.pp, format_rate(pp));
+  const std::string at_depth = o.depth > 0 ? fmt::format(" @ d{}", o.depth) : "";
+  if (o.pp > 0) fmt::print("| pp{}{} | {} | | - | - |\n", o.pp, at_depth, format_rate(pp));
   if (o.tg > 0) {
-    fmt::print("| tg{} | {} | {} | {} | {} |\n", o.tg, format_rate(tg), format_rate(tg),
+    fmt::print("| tg{}{} | {} | {} | {} | {} |\n", o.tg, at_depth, format_rate(tg), format_rate(tg),
                format_rate(roofline), format_percent(tg, roofline));
   }
   nlohmann::json batches = nlohmann::json::array();
@@ -251,7 +283,7 @@ void bench(BenchOptions o) {
                        {"tok_s_per_seq", total / b}, {"runs", batch_rates[i]}});
   }
   fmt::print("(pp is compute-bound: no bandwidth roofline. KV-cache reads are left out of the "
-             "roofline: small at these lengths.)\n");
+             "roofline{}.)\n", o.depth > 0 ? "" : ": small at these lengths");
   if (o.json) {
     const nlohmann::json out = {
         {"model", o.model},
@@ -261,6 +293,8 @@ void bench(BenchOptions o) {
         {"threads", o.threads},
         {"load_average", have_load ? load[0] : -1.0},
         {"reps", o.reps},
+        {"kv", kv.describe()},
+        {"depth", o.depth},
         {"weight_bytes_per_token", bytes_per_token},
         {"bandwidth_bytes_s", bandwidth},
         {"roofline_tok_s", roofline},
@@ -285,6 +319,9 @@ void register_bench(CLI::App& app) {
       ->delimiter(',')->check(CLI::Range(0, 1024));
   cmd->add_option("--batch-tg", options->batch_tg, "decode steps of each batched test")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--reps", options->reps, "repetitions (figures are medians)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--depth", options->depth, "tokens already in the cache before pp and tg (llama-bench -d)")
+      ->check(CLI::Range(0, 1 << 22));
+  add_kv_options(*cmd, options->kv, /*with_sinks=*/false);
   cmd->add_flag("--json", options->json, "end with one JSON line of all figures");
   cmd->add_flag("--no-bandwidth", options->no_bandwidth, "skip the memory bandwidth measurement");
   cmd->callback([options] { bench(*options); });

@@ -16,7 +16,9 @@
 #include "commands.h"
 #include "core/error.h"
 #include "engine/chat_session.h"
+#include "kv_options.h"
 #include "sampling_options.h"
+#include "server_options.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
@@ -30,6 +32,7 @@ struct ChatOptions {
   int threads = 0;
   int64_t ctx = 0;
   SamplingOptions sampling;
+  KvOptions kv;
   bool verbose = false;
 };
 
@@ -62,8 +65,9 @@ void chat_loop(const ChatOptions& o) {
          "(built-in: {})",
          fmt::join(chat::builtin_chat_template_names(), ", "));
   }
-  const EngineConfig config =
+  EngineConfig config =
       make_chat_engine_config(*model, o.ctx, o.threads > 0 ? o.threads : default_thread_count());
+  apply_kv_options(o.kv, config);
   LLMEngine engine(*model, config, tokenizer->eos_id());
   ChatSessionOptions session_options;
   session_options.system_prompt = o.system_prompt;
@@ -131,6 +135,7 @@ void register_chat(CLI::App& app) {
   cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(CLI::Range(1, 1024));
   cmd->add_option("-c,--ctx", options->ctx, "context length (default: the model's)")->check(CLI::Range(2, 1 << 24));
   add_sampling_options(*cmd, options->sampling);
+  add_kv_options(*cmd, options->kv, /*with_sinks=*/false);
   cmd->add_flag("--verbose", options->verbose,
                 "per-turn statistics on stderr (prompt tokens, reused tokens, reply tokens, tok/s)");
   cmd->callback([options] { chat_loop(*options); });

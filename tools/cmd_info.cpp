@@ -1,5 +1,6 @@
 // kestrel info MODEL: architecture, hyper-parameters, parameter count, tensor types and a memory
 // plan (weights, KV bytes per token, how many tokens of KV fit a memory budget).
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -7,6 +8,9 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "core/kv_spec.h"
+#include "core/memory_info.h"
+#include "kv_options.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -17,6 +21,8 @@ struct InfoOptions {
   std::string model;
   double budget_gib = 8.0;
   int block_size = 16;
+  double kv_memory_fraction = 0.9;
+  KvOptions kv;
   bool metadata = false;
 };
 
@@ -64,19 +70,44 @@ void info(const InfoOptions& o) {
   fmt::print("\n");
 
   const double weights = double(model->weight_bytes());
-  const double kv_per_token = double(c.kv_bytes_per_token());
+  KvCacheSpec spec = model->kv_spec(o.kv.k_type(), o.kv.v_type(), o.block_size);
+  spec.rotate = o.kv.rotate;
+  validate_kv_spec(spec);
+  const double kv_per_token = double(spec.token_bytes() * c.n_layer);
   const double budget = o.budget_gib * double(int64_t(1) << 30);
   fmt::print("memory plan:\n");
   fmt::print("  weights:            {}\n", human_bytes(weights));
-  fmt::print("  KV cache per token: {} (F32 K and V, {} layers x {} values x 2)\n",
-             human_bytes(kv_per_token), c.n_layer, c.kv_width());
+  fmt::print("  KV cache per token: {} ({} K and V, {} layers x {} heads x {} values)\n",
+             human_bytes(kv_per_token), spec.describe(), c.n_layer, c.n_head_kv, c.head_dim);
   fmt::print("  KV per block:       {} ({} tokens)\n", human_bytes(kv_per_token * o.block_size), o.block_size);
+  auto tokens_in = [&](double bytes, double per_token) {
+    return int64_t(bytes / (per_token * o.block_size)) * o.block_size;
+  };
   if (budget > weights) {
-    const int64_t blocks = int64_t((budget - weights) / (kv_per_token * o.block_size));
+    const int64_t tokens = tokens_in(budget - weights, kv_per_token);
     fmt::print("  budget {}:    {} KV blocks = {} tokens of context across all sequences\n",
-               human_bytes(budget), blocks, blocks * o.block_size);
+               human_bytes(budget), tokens / o.block_size, tokens);
   } else {
     fmt::print("  budget {}:    too small for the weights alone\n", human_bytes(budget));
+  }
+  // What `serve` would size from this machine now (--kv-memory-fraction of what is available,
+  // less the weights; the activations take a little more).
+  const double available = double(available_memory_bytes());
+  const double spare = std::max(0.0, available - weights) * o.kv_memory_fraction;
+  fmt::print("  this machine:       {} available; {:.2f} of it less the weights holds {} tokens\n",
+             human_bytes(available), o.kv_memory_fraction, tokens_in(spare, kv_per_token));
+  fmt::print("  every KV type (bytes per token, tokens in the budget, x f32):\n");
+  const double f32_per_token = double(model->kv_spec(DType::F32, DType::F32).token_bytes() * c.n_layer);
+  for (DType type : kv_types()) {
+    KvCacheSpec t = model->kv_spec(type, type, o.block_size);
+    const int64_t block = dtype_layout(type).block_size;
+    if (c.head_dim % block != 0) {
+      fmt::print("    {:<6} head size {} is not a multiple of {}: not usable\n", kv_type_name(type), c.head_dim, block);
+      continue;
+    }
+    const double per_token = double(t.token_bytes() * c.n_layer);
+    fmt::print("    {:<6} {:>12} {:>12} tokens  {:.2f}x\n", kv_type_name(type), human_bytes(per_token),
+               budget > weights ? tokens_in(budget - weights, per_token) : 0, f32_per_token / per_token);
   }
   if (o.metadata) {
     fmt::print("metadata:\n");
@@ -94,6 +125,9 @@ void register_info(CLI::App& app) {
   cmd->add_option("model", options->model, "GGUF model file")->required();
   cmd->add_option("--budget-gib", options->budget_gib, "memory budget for the plan, GiB")->check(CLI::PositiveNumber);
   cmd->add_option("--block-size", options->block_size, "KV block size in tokens")->check(CLI::Range(1, 1024));
+  cmd->add_option("--kv-memory-fraction", options->kv_memory_fraction, "share of the available memory for the plan")
+      ->check(CLI::Range(0.01, 1.0));
+  add_kv_options(*cmd, options->kv, /*with_sinks=*/false);
   cmd->add_flag("--metadata", options->metadata, "also list every metadata key");
   cmd->callback([options] { info(*options); });
 }

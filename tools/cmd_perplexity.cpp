@@ -1,16 +1,24 @@
 // kestrel perplexity MODEL -f TEXT [--ctx N]: llama-perplexity's method and output format.
+//   --kv-type T [--kld-kv-type B]   K/V in type T; with B, also the KL divergence of T's
+//                                   next-token distributions from B's (same run, same chunks)
+//   --attention-sinks N             stream the text as one sequence through a rolling window of
+//                                   --ctx tokens with N sinks (0: the window alone), scoring every
+//                                   token from position --ctx on
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "engine/perplexity.h"
+#include "kv_options.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
@@ -22,10 +30,29 @@ struct PerplexityCliOptions {
   int64_t ctx = 512;
   int64_t batch = 2048;
   int64_t chunks = -1;
+  int64_t max_tokens = -1;
   int threads = 0;
+  KvOptions kv;
+  std::string kld_kv_type;
+  bool json = false;
 };
 
+void print_kld(const PerplexityResult& r) {
+  const KlDivergence& k = *r.kld;
+  fmt::print("PPL (base KV):  {:.4f} +/- {:.5f}\n", *r.base_perplexity, *r.base_perplexity_error);
+  fmt::print("PPL change:     {:+.4f}%\n", 100.0 * (r.perplexity / *r.base_perplexity - 1.0));
+  fmt::print("Mean    KLD:    {:.6f} +/- {:.6f}\n", k.mean, k.mean_error);
+  fmt::print("Median  KLD:    {:.6f}\n", k.median);
+  fmt::print("90.0%   KLD:    {:.6f}\n", k.p90);
+  fmt::print("99.0%   KLD:    {:.6f}\n", k.p99);
+  fmt::print("99.9%   KLD:    {:.6f}\n", k.p999);
+  fmt::print("Maximum KLD:    {:.6f}\n", k.max);
+  fmt::print("Same top p:     {:.3f} %\n", 100.0 * k.top1_agreement);
+  fmt::print("RMS Δp:         {:.3f} %\n", 100.0 * k.rms_delta_p);
+}
+
 void perplexity(const PerplexityCliOptions& o) {
+  if (std::filesystem::is_directory(o.file)) fail("{}: is a directory, not a text file", o.file);
   std::ifstream in(o.file, std::ios::binary);
   if (!in) fail("{}: cannot read", o.file);
   std::stringstream buffer;
@@ -38,33 +65,80 @@ void perplexity(const PerplexityCliOptions& o) {
   const std::vector<TokenId> tokens = tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/false);
   fmt::print(stderr, "tokenized {} bytes into {} tokens in {:.2f} s\n", text.size(), tokens.size(),
              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  if (int64_t(tokens.size()) < 2 * o.ctx) {
-    fail("{}: {} tokens is fewer than 2 x ctx ({}); use a longer text or a smaller --ctx", o.file,
-         tokens.size(), 2 * o.ctx);
-  }
 
   PerplexityOptions options;
   options.n_ctx = o.ctx;
   options.n_batch = std::max(o.batch, o.ctx);
   options.max_chunks = o.chunks;
+  options.max_tokens = o.max_tokens;
   options.num_threads = o.threads > 0 ? o.threads : default_thread_count();
   options.bos_token = tokenizer->vocab().add_bos ? tokenizer->bos_id() : -1;
-  const int64_t total_chunks = o.chunks >= 0 ? std::min<int64_t>(o.chunks, int64_t(tokens.size()) / o.ctx)
-                                             : int64_t(tokens.size()) / o.ctx;
-  fmt::print(stderr, "calculating perplexity over {} chunks, n_ctx={}, batch={}\n", total_chunks,
-             o.ctx, options.n_batch);
-  ProgressBar progress("perplexity", total_chunks);
-  std::string running;
-  const PerplexityResult r = compute_perplexity(*model, tokens, options, [&](int64_t chunk, double ppl) {
-    running += fmt::format("[{}]{:.4f},", chunk + 1, ppl);
-    progress.update(chunk + 1);
-  });
-  progress.finish();
-  fmt::print("{}\n", running);
-  fmt::print("Final estimate: PPL = {:.4f} +/- {:.5f}\n", r.perplexity, r.perplexity_error);
+  options.kv = model->kv_spec(o.kv.k_type(), o.kv.v_type());
+  options.kv.rotate = o.kv.rotate;
+  validate_kv_spec(options.kv);
+  if (!o.kld_kv_type.empty()) {
+    const DType base = parse_kv_type(o.kld_kv_type);
+    options.base_kv = model->kv_spec(base, base);
+    validate_kv_spec(*options.base_kv);
+  }
+
+  PerplexityResult r;
+  if (o.kv.streaming()) {
+    if (options.base_kv) fail("--kld-kv-type is for chunked perplexity, not with --attention-sinks");
+    options.sink_tokens = o.kv.sinks;
+    options.n_batch = std::min<int64_t>(o.batch, 512);
+    const int64_t total = o.max_tokens > 0 ? std::min<int64_t>(o.max_tokens, int64_t(tokens.size()))
+                                           : int64_t(tokens.size());
+    fmt::print(stderr, "streaming {} tokens through a rolling window of {} with {} attention sinks, KV {}\n",
+               total, o.ctx, o.kv.sinks, options.kv.describe());
+    ProgressBar progress("perplexity", total);
+    r = compute_streaming_perplexity(*model, tokens, options,
+                                     [&](int64_t done, double) { progress.update(done); });
+    progress.finish();
+    fmt::print("Final estimate: PPL = {:.4f} +/- {:.5f} (streamed, {} tokens scored)\n", r.perplexity,
+               r.perplexity_error, r.num_scored_tokens);
+  } else {
+    if (int64_t(tokens.size()) < 2 * o.ctx) {
+      fail("{}: {} tokens is fewer than 2 x ctx ({}); use a longer text or a smaller --ctx", o.file,
+           tokens.size(), 2 * o.ctx);
+    }
+    const int64_t total_chunks = o.chunks >= 0 ? std::min<int64_t>(o.chunks, int64_t(tokens.size()) / o.ctx)
+                                               : int64_t(tokens.size()) / o.ctx;
+    fmt::print(stderr, "calculating perplexity over {} chunks, n_ctx={}, batch={}, KV {}{}\n", total_chunks,
+               o.ctx, options.n_batch, options.kv.describe(),
+               options.base_kv ? ", KL divergence from KV " + options.base_kv->describe() : "");
+    ProgressBar progress("perplexity", total_chunks);
+    std::string running;
+    r = compute_perplexity(*model, tokens, options, [&](int64_t chunk, double ppl) {
+      running += fmt::format("[{}]{:.4f},", chunk + 1, ppl);
+      progress.update(chunk + 1);
+    });
+    progress.finish();
+    fmt::print("{}\n", running);
+    fmt::print("Final estimate: PPL = {:.4f} +/- {:.5f}\n", r.perplexity, r.perplexity_error);
+    if (r.kld) print_kld(r);
+  }
   fmt::print(stderr, "{} chunks, {} scored tokens, mean NLL {:.4f} nats/token, {:.1f} s\n",
              r.num_chunks, r.num_scored_tokens, r.mean_nll,
              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (o.json) {
+    nlohmann::json j = {{"ppl", r.perplexity}, {"ppl_error", r.perplexity_error},
+                        {"scored_tokens", r.num_scored_tokens}, {"kv", options.kv.describe()},
+                        {"ctx", o.ctx}};
+    if (o.kv.streaming()) j["attention_sinks"] = o.kv.sinks;
+    if (r.kld) {
+      const KlDivergence& k = *r.kld;
+      j["ppl_base"] = *r.base_perplexity;
+      j["kld_mean"] = k.mean;
+      j["kld_mean_error"] = k.mean_error;
+      j["kld_median"] = k.median;
+      j["kld_p99"] = k.p99;
+      j["kld_max"] = k.max;
+      j["top1_agreement"] = k.top1_agreement;
+      j["rms_delta_p"] = k.rms_delta_p;
+    }
+    fmt::print("{}\n", j.dump());
+  }
 }
 
 }  // namespace
@@ -74,10 +148,15 @@ void register_perplexity(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("perplexity", "perplexity of a model over a text file");
   cmd->add_option("model", options->model, "GGUF model file")->required();
   cmd->add_option("-f,--file", options->file, "text file")->required();
-  cmd->add_option("-c,--ctx", options->ctx, "tokens per chunk")->check(CLI::Range(4, 1 << 20));
+  cmd->add_option("-c,--ctx", options->ctx, "tokens per chunk (the window when streaming)")->check(CLI::Range(4, 1 << 20));
   cmd->add_option("-b,--batch", options->batch, "tokens per forward call")->check(CLI::Range(4, 1 << 22));
   cmd->add_option("--chunks", options->chunks, "score at most this many chunks (default: all)");
+  cmd->add_option("--max-tokens", options->max_tokens, "streaming: stream at most this many tokens of the text");
   cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(CLI::Range(1, 1024));
+  add_kv_options(*cmd, options->kv);
+  cmd->add_option("--kld-kv-type", options->kld_kv_type,
+                  "also run the chunks with this KV type (e.g. f32) and print the KL divergence from it");
+  cmd->add_flag("--json", options->json, "end with one JSON line of the figures");
   cmd->callback([options] { perplexity(*options); });
 }
 

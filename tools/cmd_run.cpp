@@ -1,13 +1,17 @@
 // kestrel run MODEL -p PROMPT -n N: streams the generated text (not the prompt) to stdout and ends
 // with one timing line on stderr.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "kv_options.h"
+#include "server_options.h"
 #include "sampling_options.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,7 +25,9 @@ struct RunOptions {
   int threads = 0;
   int64_t ctx = 0;
   SamplingOptions sampling;
+  KvOptions kv;
   bool ignore_eos = false;
+  bool timings = false;
 };
 
 void run(const RunOptions& o) {
@@ -33,8 +39,12 @@ void run(const RunOptions& o) {
   EngineConfig config;
   config.num_threads = o.threads > 0 ? o.threads : default_thread_count();
   config.max_model_len = o.ctx > 0 ? o.ctx : model->config().n_ctx_train;
-  // One sequence: the pool needs exactly the blocks of one full context.
-  config.num_kv_blocks = (config.max_model_len + config.block_size - 1) / config.block_size;
+  apply_kv_options(o.kv, config);
+  // One sequence: the pool needs exactly the blocks of one full context (streaming: of the
+  // window, plus the chunk in flight and the sinks' blocks).
+  const int64_t bs = config.block_size;
+  config.num_kv_blocks = (config.max_model_len + bs - 1) / bs +
+                         (o.kv.streaming() ? (config.max_num_batched_tokens + bs - 1) / bs + 2 : 0);
   config.max_num_seqs = 1;
   LLMEngine engine(*model, config, tokenizer->eos_id());
 
@@ -50,11 +60,19 @@ void run(const RunOptions& o) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto first_token_time = start;
+  auto last_token_time = start;
+  std::vector<double> gaps;  // seconds between consecutive generated tokens
   int64_t generated = 0;
   while (engine.has_unfinished()) {
     for (const RequestOutput& out : engine.step()) {
       for (const SampleResult& sample : out.new_tokens) {
-        if (generated++ == 0) first_token_time = Clock::now();
+        const auto now = Clock::now();
+        if (generated++ == 0) {
+          first_token_time = now;
+        } else {
+          gaps.push_back(std::chrono::duration<double>(now - last_token_time).count());
+        }
+        last_token_time = now;
         if (tokenizer->is_end_of_generation(sample.token) && !o.ignore_eos) continue;
         const std::string text = detokenizer.push(sample.token);
         std::fwrite(text.data(), 1, text.size(), stdout);
@@ -74,6 +92,12 @@ void run(const RunOptions& o) {
   std::fprintf(stderr, "prompt: %zu tokens, %.1f tok/s; generation: %lld tokens, %.1f tok/s\n",
                prompt.size(), prompt_seconds > 0 ? double(prompt.size()) / prompt_seconds : 0.0,
                (long long)generated, gen_rate);
+  if (o.timings && !gaps.empty()) {
+    std::sort(gaps.begin(), gaps.end());
+    auto at = [&](double q) { return 1e3 * gaps[std::min(gaps.size() - 1, size_t(q * double(gaps.size())))]; };
+    std::fprintf(stderr, "inter-token time: median %.2f ms, p99 %.2f ms, max %.2f ms over %zu gaps\n", at(0.5),
+                 at(0.99), 1e3 * gaps.back(), gaps.size());
+  }
 }
 
 }  // namespace
@@ -87,7 +111,9 @@ void register_run(CLI::App& app) {
   cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(CLI::Range(1, 1024));
   cmd->add_option("-c,--ctx", options->ctx, "context length (default: the model's)")->check(CLI::Range(2, 1 << 24));
   add_sampling_options(*cmd, options->sampling);
+  add_kv_options(*cmd, options->kv);
   cmd->add_flag("--ignore-eos", options->ignore_eos, "keep generating after end-of-text");
+  cmd->add_flag("--timings", options->timings, "also print the median, p99 and max time between tokens");
   cmd->callback([options] { run(*options); });
 }
 

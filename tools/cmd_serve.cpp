@@ -48,10 +48,9 @@ void serve(ServeOptions& o) {
                                              : std::filesystem::path(o.model).stem().string();
   server::HttpServer http(engine, chat_template ? &*chat_template : nullptr, o.http);
   const int port = http.bind();
-  fmt::print(stderr, "kestrel: serving '{}' on http://{}:{} ({} KV blocks of {} tokens, context {}{})\n",
-             o.http.model_name, o.http.host, port, resolve_kv_group_blocks(*model, config.engine).front(),
-             config.engine.block_size, engine.max_model_len(),
-             chat_template ? "" : ", no chat template");
+  fmt::print(stderr, "kestrel: serving '{}' on http://{}:{} (context {}{})\n", o.http.model_name, o.http.host,
+             port, engine.max_request_tokens(), chat_template ? "" : ", no chat template");
+  fmt::print(stderr, "kestrel: {}\n", describe(engine.kv_capacity()));
   if (config.engine.enable_prefix_caching && !engine.prefix_caching()) {
     fmt::print(stderr, "kestrel: prefix caching is off: this model's sliding-window layers free "
                        "their out-of-window KV blocks (--keep-window-blocks keeps them and turns it on)\n");

@@ -8,7 +8,13 @@ namespace kestrel::cli {
 void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("-t,--threads", o.threads, "compute threads (default: all cores)")->check(CLI::Range(1, 1024));
   cmd.add_option("-c,--ctx", o.ctx, "context length per request (default: the model's)")->check(CLI::Range(2, 1 << 24));
-  cmd.add_option("--kv-memory-mib", o.kv_memory_mib, "KV-cache memory, MiB")->check(CLI::Range(1, 1 << 24));
+  cmd.add_option("--kv-memory-mib", o.kv_memory_mib,
+                 "KV-cache memory, MiB (default: --kv-memory-fraction of the memory available at start)")
+      ->check(CLI::Range(1, 1 << 24));
+  cmd.add_option("--kv-memory-fraction", o.kv_memory_fraction,
+                 "share of the available memory (less weights and activations) the KV cache takes when "
+                 "--kv-memory-mib is not given")
+      ->check(CLI::Range(0.01, 1.0));
   cmd.add_option("--kv-blocks", o.kv_blocks, "KV-cache blocks (overrides --kv-memory-mib)")->check(CLI::Range(1, 1 << 30));
   cmd.add_option("--max-num-seqs", o.max_num_seqs, "sequences per step")->check(CLI::Range(1, 4096));
   cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "tokens per step")->check(CLI::Range(1, 1 << 20));
@@ -20,6 +26,14 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_flag("--keep-window-blocks", o.keep_window_blocks,
                "keep sliding-window layers' out-of-window KV blocks, so that prefix caching also "
                "works for models with sliding-window attention (Gemma 3, Mistral); costs KV memory");
+  add_kv_options(cmd, o.kv);
+}
+
+void apply_kv_options(const KvOptions& kv, EngineConfig& c) {
+  c.kv_type_k = kv.k_type();
+  c.kv_type_v = kv.v_type();
+  c.kv_rotate = kv.rotate;
+  c.attention_sinks = kv.sinks;
 }
 
 EngineConfig make_engine_config(const EngineOptions& o, const Model& model) {
@@ -27,6 +41,8 @@ EngineConfig make_engine_config(const EngineOptions& o, const Model& model) {
   c.num_threads = o.threads > 0 ? o.threads : default_thread_count();
   c.max_model_len = o.ctx > 0 ? o.ctx : model.config().n_ctx_train;
   c.kv_memory_bytes = o.kv_memory_mib << 20;
+  c.kv_memory_fraction = o.kv_memory_fraction;
+  apply_kv_options(o.kv, c);
   c.num_kv_blocks = o.kv_blocks;
   c.max_num_seqs = o.max_num_seqs;
   c.max_num_batched_tokens = o.max_num_batched_tokens;

@@ -1,17 +1,20 @@
-// Engine options shared by `serve`, `batch` and `bench`: threads, context, KV memory, scheduler.
+// Engine options shared by `serve` and `batch`: threads, context, KV memory and types, scheduler.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include "engine/engine.h"
+#include "kv_options.h"
 
 namespace kestrel::cli {
 
 struct EngineOptions {
   int threads = 0;
   int64_t ctx = 0;
-  int64_t kv_memory_mib = 256;
+  int64_t kv_memory_mib = 0;          // 0: kv_memory_fraction of the available memory
+  double kv_memory_fraction = 0.9;
   int64_t kv_blocks = 0;
+  KvOptions kv;
   int max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
   std::string scheduler = "continuous";
@@ -21,5 +24,7 @@ struct EngineOptions {
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o);
 EngineConfig make_engine_config(const EngineOptions& o, const Model& model);
+// Sets the config's KV types, rotation and attention sinks from the options.
+void apply_kv_options(const KvOptions& kv, EngineConfig& c);
 
 }  // namespace kestrel::cli

@@ -28,16 +28,33 @@ struct RopeParams {
   const float* freq_factors = nullptr;  // [n_rot / 2] divisors of each frequency (Llama 3), or null
 };
 
-// K/V storage of one layer in the paged cache: [num_blocks][block_size][n_kv_head][head_dim].
-// slot = block_id * block_size + offset_in_block.
+// K/V storage of one layer in the paged cache (core/kv_spec.h): K and V each
+// [num_blocks][block_size][n_kv_head] rows, a row being one head of one token in its type's row
+// layout (scales inside the row). slot = block_id * block_size + offset_in_block; the row of
+// (slot, head) starts at k + slot * k_token_bytes + head * k_row_bytes.
 struct KvLayerView {
-  float* k = nullptr;
-  float* v = nullptr;
+  DType k_type = DType::F32;
+  DType v_type = DType::F32;
+  uint8_t* k = nullptr;
+  uint8_t* v = nullptr;
+  int64_t k_row_bytes = 0;    // one head of one token
+  int64_t v_row_bytes = 0;
+  int64_t k_token_bytes = 0;  // every head of one token: the stride between slots
+  int64_t v_token_bytes = 0;
 };
 
 // Attention metadata for a flattened batch: token t belongs to sequence token_seq[t], sits at
-// position positions[t] and attends causally to positions [max(0, pos - window + 1), pos] of its
-// sequence, whose K/V live in the blocks listed in block_tables[seq * max_blocks_per_seq ...].
+// position positions[t] and attends causally to the positions visible from it in its sequence,
+// whose K/V live in the blocks listed in block_tables[seq * max_blocks_per_seq ...]. Visible from
+// position p:
+//   window == 0:            [0, p]
+//   window > 0, sinks == 0: [max(0, p - window + 1), p]             (sliding window)
+//   window > 0, sinks > 0:  [0, sinks) and [max(sinks, p - (window - sinks) + 1), p]
+// With sinks (StreamingLLM), the sink keys are scored as if they sat just before the oldest recent
+// key: their RoPE position is moved up by delta = max(0, p - window + 1), the gap the window left,
+// by rotating the query back by delta (q . R(delta) k = R(-delta) q . k), so no stored key is ever
+// rotated again. That needs the layer's RoPE (sink_rope), and whether Q and K were Hadamard-
+// rotated after RoPE (rotated: the query is un-rotated, RoPE'd and rotated again).
 struct PagedAttentionArgs {
   int64_t num_tokens = 0;
   const int32_t* positions = nullptr;     // [num_tokens]
@@ -49,7 +66,10 @@ struct PagedAttentionArgs {
   int n_kv_head = 0;
   int head_dim = 0;
   float scale = 1.0f;                     // usually 1/sqrt(head_dim)
-  int window = 0;                         // sliding window in tokens; 0 = full causal attention
+  int window = 0;                         // tokens visible in all; 0 = full causal attention
+  int sinks = 0;                          // attention sinks (only with window > 0)
+  const RopeParams* sink_rope = nullptr;  // the layer's RoPE (needed when sinks > 0)
+  bool rotated = false;                   // Q and K were Hadamard-rotated per head
 };
 
 // The activation of a gated MLP: act(x W_gate) * (x W_up).
@@ -94,10 +114,15 @@ class Backend {
   virtual void scale(float* x, float s, int64_t count) = 0;
   // x = cap * tanh(x / cap) (logit soft-capping).
   virtual void softcap(float* x, float cap, int64_t count) = 0;
-  // Stores k[t], v[t] ([n][kv_width] each) at slot_mapping[t] of the layer's cache.
+  // Stores k[t], v[t] ([n][n_kv_head * head_dim] each) at slot_mapping[t] of the layer's cache,
+  // each head quantized to the cache's K / V type (slot -1: a padding token, nothing written).
   virtual void kv_write(const KvLayerView& cache, const float* k, const float* v,
-                        const int64_t* slot_mapping, int64_t n, int64_t kv_width) = 0;
-  // out[t][n_head * head_dim] = softmax(q k^T * scale) v over each token's visible positions.
+                        const int64_t* slot_mapping, int64_t n, int n_kv_head, int head_dim) = 0;
+  // x[r] = H x[r] for each of `rows` rows of head_dim values: the orthonormal Walsh-Hadamard
+  // transform (head_dim a power of two), its own inverse.
+  virtual void hadamard(float* x, int64_t rows, int head_dim) = 0;
+  // out[t][n_head * head_dim] = softmax(q k^T * scale) v over each token's visible positions,
+  // reading K and V in the cache's types.
   virtual void paged_attention(const PagedAttentionArgs& args, const float* q,
                                const KvLayerView& cache, float* out) = 0;
 };

@@ -26,6 +26,8 @@ AsyncEngine::AsyncEngine(const Model& model, const Tokenizer& tokenizer, const A
     : tokenizer_(tokenizer),
       engine_(model, config.engine, tokenizer.eos_id()),
       max_model_len_(engine_.max_model_len()),
+      max_request_tokens_(engine_.max_request_tokens()),
+      kv_capacity_(engine_.kv_capacity()),
       prefix_caching_(engine_.kv().prefix_caching()),
       max_queued_(config.max_queued_requests) {
   publish_gauges();
@@ -187,6 +189,11 @@ void AsyncEngine::publish_gauges() {
     m.kv_blocks_used = kv.num_used_blocks();
     m.kv_blocks_total = kv.num_blocks();
     m.kv_blocks_cached = kv.num_cached_blocks();
+    m.kv_k_type = std::string(kv_type_name(kv_capacity_.spec.k_type));
+    m.kv_v_type = std::string(kv_type_name(kv_capacity_.spec.v_type));
+    m.kv_bytes = kv_capacity_.bytes;
+    m.kv_bytes_per_token = kv_capacity_.bytes_per_token;
+    m.kv_capacity_tokens = kv_capacity_.tokens;
     m.preemptions = s.num_preemptions();
     m.prefix_query_tokens = kv.prefix_query_tokens();
     m.prefix_hit_tokens = kv.prefix_hit_tokens();

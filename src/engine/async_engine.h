@@ -100,6 +100,10 @@ class AsyncEngine {
 
   MetricsSnapshot metrics() const { return metrics_.snapshot(); }
   int64_t max_model_len() const { return max_model_len_; }
+  // The longest sequence a request can have (LLMEngine::max_request_tokens), fixed at start.
+  int64_t max_request_tokens() const { return max_request_tokens_; }
+  // The KV cache as sized at start.
+  const KvCapacity& kv_capacity() const { return kv_capacity_; }
   // Whether shared prefixes reuse KV blocks (off when asked, or when sliding-window layers free
   // their old blocks: KVCacheManager decides).
   bool prefix_caching() const { return prefix_caching_; }
@@ -135,6 +139,8 @@ class AsyncEngine {
   const Tokenizer& tokenizer_;
   LLMEngine engine_;
   int64_t max_model_len_;
+  int64_t max_request_tokens_;
+  KvCapacity kv_capacity_;
   bool prefix_caching_;  // fixed at construction, read without the engine thread
   int64_t max_queued_;
   EngineMetrics metrics_;

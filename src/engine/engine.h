@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -19,7 +20,18 @@ struct EngineConfig {
   int num_threads = 2;
   int block_size = 16;
   int64_t num_kv_blocks = 0;                 // per full-attention group; 0: what kv_memory_bytes holds
+  // KV memory; 0: kv_memory_fraction of the memory available at start, less the weights and the
+  // activation scratch, and no more than max_num_seqs full contexts need.
   int64_t kv_memory_bytes = int64_t(256) << 20;
+  double kv_memory_fraction = 0.9;
+  // K and V element types (core/kv_spec.h) and the Hadamard rotation of K and Q.
+  DType kv_type_k = DType::F16;
+  DType kv_type_v = DType::F16;
+  bool kv_rotate = false;
+  // Streaming (StreamingLLM) when >= 0: full-attention layers see the first attention_sinks
+  // tokens plus the most recent ones, max_model_len in all, and a sequence may run past
+  // max_model_len with bounded memory. -1: off (a sequence ends at max_model_len).
+  int attention_sinks = -1;
   int64_t max_model_len = 0;                 // 0: the model's training context
   int max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
@@ -39,6 +51,20 @@ struct RequestSpec {
   bool ignore_eos = false;
   RequestId prefix_source = 0;  // a sibling with the same prompt (n > 1): share its prompt blocks
 };
+
+// The KV cache as sized at start (for the start-up line, `kestrel info` and /metrics).
+struct KvCapacity {
+  KvCacheSpec spec;
+  int64_t bytes = 0;            // the whole cache
+  int64_t bytes_per_token = 0;  // K and V of one token over every layer
+  int64_t tokens = 0;           // positions the cache holds across all sequences (full-attention group)
+  int64_t budget_bytes = 0;     // the budget it was sized from (0 with an explicit block count)
+  int64_t available_bytes = 0;  // memory available at start, when the budget came from it
+  double fraction = 0.0;        // of that memory (kv_memory_fraction)
+};
+// "KV cache: f16, 18.00 KiB per token, 10912 tokens (682 blocks of 16) in 188.0 MiB [0.90 of
+// 21.3 GiB available less weights and scratch]".
+std::string describe(const KvCapacity& capacity);
 
 // What one step produced for one request.
 struct RequestOutput {
@@ -77,11 +103,16 @@ class LLMEngine {
   const KVCacheManager& kv() const { return kv_; }
   const ModelRunner& runner() const { return runner_; }
   int64_t max_model_len() const { return scheduler_.config().max_model_len; }
+  // The longest sequence one request can really have: the context, unless the KV pool holds
+  // fewer tokens (streaming: the window, which a sequence may run past).
+  int64_t max_request_tokens() const;
+  const KvCapacity& kv_capacity() const { return kv_capacity_; }
   const StepStats& last_step() const { return last_step_; }
 
  private:
   const Model& model_;
   TokenId eos_token_;
+  KvCapacity kv_capacity_;
   RunnerConfig runner_config_;
   KVCacheManager kv_;
   ModelRunner runner_;
@@ -91,9 +122,13 @@ class LLMEngine {
   StepStats last_step_;
 };
 
+// The KV cache description for the config: its types, rotation, block size, rolling window.
+KvCacheSpec make_kv_spec(const Model& model, const EngineConfig& config);
 // KV blocks per KV-cache group (Model::kv_layout) for the config: num_kv_blocks for every
-// full-attention group if set, else what kv_memory_bytes holds; sliding-window groups get no
-// more than their windows can ever use.
-std::vector<int64_t> resolve_kv_group_blocks(const Model& model, const EngineConfig& config);
+// full-attention group if set, else what the KV budget holds (kv_memory_bytes, or a fraction of
+// the machine's available memory); sliding-window groups get no more than their windows can ever
+// use. `capacity`, if given, receives the figures.
+std::vector<int64_t> resolve_kv_group_blocks(const Model& model, const EngineConfig& config,
+                                             KvCapacity* capacity = nullptr);
 
 }  // namespace kestrel

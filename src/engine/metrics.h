@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace kestrel {
@@ -35,6 +36,11 @@ struct MetricsSnapshot {
   int64_t kv_blocks_used = 0;
   int64_t kv_blocks_total = 0;
   int64_t kv_blocks_cached = 0;
+  // The KV cache as sized at start (engine.h's KvCapacity).
+  std::string kv_k_type, kv_v_type;
+  int64_t kv_bytes = 0;
+  int64_t kv_bytes_per_token = 0;
+  int64_t kv_capacity_tokens = 0;
   int64_t prompt_tokens = 0;
   int64_t generation_tokens = 0;
   int64_t preemptions = 0;

@@ -5,8 +5,94 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kv/kv_cache_manager.h"
 
 namespace kestrel {
+namespace {
+
+// log p(v) = logit(v) - max - log(sum exp(logit - max)): the max and the log of the sum, in
+// double (the vocabulary is large).
+struct LogSoftmax {
+  double max = 0.0;
+  double log_sum = 0.0;
+  explicit LogSoftmax(std::span<const float> row) {
+    max = *std::max_element(row.begin(), row.end());
+    double sum = 0.0;
+    for (float x : row) sum += std::exp(double(x) - max);
+    log_sum = std::log(sum);
+  }
+  double log_p(float logit) const { return double(logit) - max - log_sum; }
+};
+
+// Negative log-likelihoods of the scored tokens, for perplexity and llama.cpp's +/- estimate.
+struct NllSum {
+  double sum = 0.0, sum2 = 0.0;
+  int64_t count = 0;
+  void add(double nll) {
+    sum += nll;
+    sum2 += nll * nll;
+    ++count;
+  }
+  double mean() const { return count > 0 ? sum / double(count) : 0.0; }
+  double perplexity() const { return std::exp(mean()); }
+  double error() const {
+    const double n = double(count);
+    const double variance = sum2 / n - mean() * mean();
+    return variance > 0 && n > 1 ? std::sqrt(variance / (n - 1)) * perplexity() : 0.0;
+  }
+};
+
+struct KldStats {
+  std::vector<double> values;
+  int64_t same_top = 0;
+  double delta_p2 = 0.0;
+
+  // Both rows predict `next`.
+  void add(std::span<const float> base, std::span<const float> candidate, int32_t next) {
+    const LogSoftmax lb(base), lc(candidate);
+    double kl = 0.0;
+    for (size_t v = 0; v < base.size(); ++v) {
+      const double log_pb = lb.log_p(base[v]);
+      kl += std::exp(log_pb) * (log_pb - lc.log_p(candidate[v]));
+    }
+    values.push_back(std::max(0.0, kl));
+    same_top += (std::max_element(base.begin(), base.end()) - base.begin()) ==
+                (std::max_element(candidate.begin(), candidate.end()) - candidate.begin());
+    const double dp = std::exp(lc.log_p(candidate[size_t(next)])) - std::exp(lb.log_p(base[size_t(next)]));
+    delta_p2 += dp * dp;
+  }
+
+  KlDivergence summary() const {
+    KlDivergence k;
+    const double n = double(values.size());
+    if (values.empty()) return k;
+    double sum = 0.0, sum2 = 0.0;
+    for (double v : values) sum += v, sum2 += v * v;
+    k.mean = sum / n;
+    const double variance = sum2 / n - k.mean * k.mean;
+    k.mean_error = variance > 0 && n > 1 ? std::sqrt(variance / (n - 1)) : 0.0;
+    std::vector<double> sorted = values;
+    std::sort(sorted.begin(), sorted.end());
+    auto at = [&](double q) { return sorted[std::min(sorted.size() - 1, size_t(q * n))]; };
+    k.median = at(0.5);
+    k.p90 = at(0.9);
+    k.p99 = at(0.99);
+    k.p999 = at(0.999);
+    k.max = sorted.back();
+    k.top1_agreement = double(same_top) / n;
+    k.rms_delta_p = std::sqrt(delta_p2 / n);
+    return k;
+  }
+};
+
+void fill_result(PerplexityResult& r, const NllSum& nll) {
+  r.num_scored_tokens = nll.count;
+  r.mean_nll = nll.mean();
+  r.perplexity = nll.perplexity();
+  r.perplexity_error = nll.error();
+}
+
+}  // namespace
 
 PerplexityResult compute_perplexity(const Model& model, std::span<const int32_t> tokens,
                                     const PerplexityOptions& o,
@@ -18,15 +104,21 @@ PerplexityResult compute_perplexity(const Model& model, std::span<const int32_t>
     fail("the text has {} tokens, fewer than one context of {} tokens", tokens.size(), o.n_ctx);
   }
   const int64_t seqs_per_batch = std::max<int64_t>(1, o.n_batch / o.n_ctx);
-  const int block_size = 16;
+  const int block_size = o.kv.block_size;
   const int64_t blocks_per_seq = (o.n_ctx + block_size - 1) / block_size;
 
-  RunnerConfig runner_config;
-  runner_config.num_threads = o.num_threads;
-  runner_config.block_size = block_size;
   const int num_groups = int(model.kv_layout().group_windows.size());
-  runner_config.group_blocks.assign(size_t(num_groups), blocks_per_seq * seqs_per_batch);
-  ModelRunner runner(model, runner_config);
+  auto make_runner = [&](const KvCacheSpec& kv) {
+    RunnerConfig config;
+    config.num_threads = o.num_threads;
+    config.kv = kv;
+    config.kv.rolling_window = 0;
+    config.kv.sink_tokens = 0;
+    config.group_blocks.assign(size_t(num_groups), blocks_per_seq * seqs_per_batch);
+    return std::make_unique<ModelRunner>(model, config);
+  };
+  const auto runner = make_runner(o.kv);
+  const auto base_runner = o.base_kv ? make_runner(*o.base_kv) : nullptr;
 
   // Each sequence of a batch gets its own fixed range of blocks in every group; every chunk
   // starts afresh (a sliding group simply keeps the whole chunk: it is short).
@@ -38,7 +130,9 @@ PerplexityResult compute_perplexity(const Model& model, std::span<const int32_t>
   const int64_t first = o.n_ctx / 2;
   const int64_t n_vocab = model.config().n_vocab;
   PerplexityResult result;
-  double nll = 0.0, nll2 = 0.0;
+  NllSum nll, base_nll;
+  KldStats kld;
+  std::vector<float> base_logits;
   std::vector<std::vector<int32_t>> chunk_tokens(static_cast<size_t>(seqs_per_batch));
   for (int64_t chunk = 0; chunk < num_chunks; chunk += seqs_per_batch) {
     const int64_t n_seq = std::min(seqs_per_batch, num_chunks - chunk);
@@ -55,32 +149,94 @@ PerplexityResult compute_perplexity(const Model& model, std::span<const int32_t>
       c.logits_from = first;  // logits only where they are scored
       chunks.push_back(c);
     }
-    const std::span<float> logits = runner.execute(chunks);
+    if (base_runner) {
+      const std::span<float> b = base_runner->execute(chunks);
+      base_logits.assign(b.begin(), b.end());
+    }
+    const std::span<float> logits = runner->execute(chunks);
     // Logit row j of a chunk (token first + j) predicts token first + j + 1.
     const int64_t rows_per_seq = o.n_ctx - first;
     for (int64_t s = 0; s < n_seq; ++s) {
       const auto& ct = chunk_tokens[size_t(s)];
       for (int64_t j = 0; j + first + 1 < o.n_ctx; ++j) {
-        const float* row = logits.data() + (s * rows_per_seq + j) * n_vocab;
-        const float max_logit = *std::max_element(row, row + n_vocab);
-        double sum = 0.0;
-        for (int64_t v = 0; v < n_vocab; ++v) sum += std::exp(double(row[v] - max_logit));
-        const double token_nll =
-            -(double(row[ct[size_t(first + j + 1)]] - max_logit) - std::log(sum));
-        nll += token_nll;
-        nll2 += token_nll * token_nll;
-        ++result.num_scored_tokens;
+        const size_t offset = size_t((s * rows_per_seq + j) * n_vocab);
+        const std::span<const float> row(logits.data() + offset, size_t(n_vocab));
+        const int32_t next = ct[size_t(first + j + 1)];
+        nll.add(-LogSoftmax(row).log_p(row[size_t(next)]));
+        if (base_runner) {
+          const std::span<const float> base_row(base_logits.data() + offset, size_t(n_vocab));
+          base_nll.add(-LogSoftmax(base_row).log_p(base_row[size_t(next)]));
+          kld.add(base_row, row, next);
+        }
       }
       ++result.num_chunks;
-      if (on_chunk) on_chunk(chunk + s, std::exp(nll / double(result.num_scored_tokens)));
+      if (on_chunk) on_chunk(chunk + s, nll.perplexity());
     }
   }
-  const double count = double(result.num_scored_tokens);
-  result.mean_nll = nll / count;
-  result.perplexity = std::exp(result.mean_nll);
-  const double variance = nll2 / count - result.mean_nll * result.mean_nll;
-  result.perplexity_error =
-      variance > 0 && count > 1 ? std::sqrt(variance / (count - 1)) * result.perplexity : 0.0;
+  fill_result(result, nll);
+  if (base_runner) {
+    result.base_perplexity = base_nll.perplexity();
+    result.base_perplexity_error = base_nll.error();
+    result.kld = kld.summary();
+  }
+  return result;
+}
+
+PerplexityResult compute_streaming_perplexity(const Model& model, std::span<const int32_t> tokens,
+                                              const PerplexityOptions& o,
+                                              const std::function<void(int64_t, double)>& on_progress) {
+  const int64_t window = o.n_ctx;
+  const int64_t total = o.max_tokens > 0 ? std::min<int64_t>(o.max_tokens, int64_t(tokens.size()))
+                                         : int64_t(tokens.size());
+  if (total <= window) {
+    fail("streaming perplexity needs a text longer than the window: {} tokens for a window of {}", total, window);
+  }
+  KvCacheSpec spec = o.kv;
+  spec.rolling_window = window;
+  spec.sink_tokens = o.sink_tokens;
+  const int bs = spec.block_size;
+  const int64_t chunk_tokens = std::max<int64_t>(1, std::min<int64_t>(o.n_batch, window));
+  const KvLayout layout = model.kv_layout(spec.rolling_window, spec.sink_tokens);
+  // Each group holds one sequence: its sinks, its window and a chunk in flight.
+  std::vector<KVCacheGroupSpec> groups;
+  RunnerConfig config;
+  config.num_threads = o.num_threads;
+  config.kv = spec;
+  for (size_t g = 0; g < layout.group_windows.size(); ++g) {
+    const int w = layout.group_windows[g], sinks = layout.group_sinks[g];
+    const int64_t blocks = (sinks + bs - 1) / bs + (w - sinks + bs - 1) / bs + (chunk_tokens + bs - 1) / bs + 2;
+    groups.push_back({int32_t(blocks), w, sinks});
+    config.group_blocks.push_back(blocks);
+  }
+  KVCacheManager kv(groups, bs, /*enable_prefix_caching=*/false);
+  ModelRunner runner(model, config);
+
+  const int64_t n_vocab = model.config().n_vocab;
+  const RequestId id = 1;
+  NllSum nll;
+  PerplexityResult result;
+  for (int64_t pos = 0; pos < total - 1; pos += chunk_tokens) {
+    const int64_t n = std::min(chunk_tokens, total - 1 - pos);  // the last token is only predicted
+    if (!kv.allocate_slots(id, pos + n, nullptr, pos)) fail("internal: the streaming KV pool ran dry");
+    SequenceChunk c;
+    c.tokens = tokens.subspan(size_t(pos), size_t(n));
+    c.start_position = pos;
+    for (int g = 0; g < kv.num_groups(); ++g) c.block_tables.push_back(kv.block_table(id, g));
+    // Row i predicts token pos + i + 1; scored from position `window` on.
+    const int64_t from = std::max<int64_t>(0, window - 1 - pos);
+    c.logits_from = from < n ? from : -1;
+    const std::span<float> logits = runner.execute(std::span<const SequenceChunk>(&c, 1));
+    if (c.logits_from >= 0) {
+      for (int64_t i = from; i < n; ++i) {
+        const std::span<const float> row(logits.data() + (i - from) * n_vocab, size_t(n_vocab));
+        nll.add(-LogSoftmax(row).log_p(row[size_t(tokens[size_t(pos + i + 1)])]));
+      }
+    }
+    if (on_progress) on_progress(pos + n, nll.count > 0 ? nll.perplexity() : 0.0);
+  }
+  kv.free(id);
+  result.num_chunks = 1;
+  fill_result(result, nll);
   return result;
 }
 

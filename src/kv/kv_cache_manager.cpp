@@ -21,6 +21,9 @@ KVCacheManager::KVCacheManager(std::vector<KVCacheGroupSpec> groups, int block_s
   groups_.reserve(groups.size());
   for (const KVCacheGroupSpec& spec : groups) {
     if (spec.window < 0) fail("internal: negative sliding window");
+    if (spec.sinks < 0 || (spec.sinks > 0 && spec.sinks >= spec.window)) {
+      fail("internal: {} attention sinks for a window of {}", spec.sinks, spec.window);
+    }
     if (spec.window > 0) enable_prefix_caching_ = false;  // see the header
     groups_.emplace_back(spec, hash);
   }
@@ -42,18 +45,20 @@ int64_t KVCacheManager::max_blocks_held(int group, int64_t num_tokens, int64_t m
   const Group& g = groups_[size_t(group)];
   const int64_t all = blocks_for_tokens(num_tokens);
   if (g.window == 0) return all;
-  // While a chunk [c, c + n) is computed the group holds the blocks from the one holding
-  // c - window + 1 to the one holding c + n - 1: at most ceil((window - 1) / bs) + 1 for the
-  // window and ceil(n / bs) + 1 for the chunk.
-  return std::min(all, (g.window - 1 + block_size_ - 1) / block_size_ + 1 +
+  // While a chunk [c, c + n) is computed the group holds its sink blocks and the blocks from the
+  // one holding the window's first recent position to the one holding c + n - 1: at most
+  // ceil((window - sinks - 1) / bs) + 1 for the window and ceil(n / bs) + 1 for the chunk.
+  const int recent = g.window - g.sinks;
+  return std::min(all, sink_blocks(g) + (recent - 1 + block_size_ - 1) / block_size_ + 1 +
                            (max_chunk_tokens + block_size_ - 1) / block_size_ + 1);
 }
 
 int64_t KVCacheManager::first_kept_block(const Group& g, int64_t num_computed_tokens) const {
   if (g.window == 0) return 0;
   // The next token computed (position num_computed_tokens) sees back to position
-  // num_computed_tokens - window + 1; blocks entirely before it are never read again.
-  const int64_t first_visible = num_computed_tokens - g.window + 1;
+  // num_computed_tokens - (window - sinks) + 1 (and its sinks); blocks entirely before that are
+  // never read again, but for the sinks'.
+  const int64_t first_visible = num_computed_tokens - (g.window - g.sinks) + 1;
   return first_visible <= 0 ? 0 : first_visible / block_size_;
 }
 
@@ -104,6 +109,11 @@ std::vector<BlockId> KVCacheManager::take_fresh_blocks(Group& g, int32_t count) 
 bool KVCacheManager::allocate_slots(RequestId request, int64_t num_tokens, const CachedPrefix* prefix,
                                     int64_t num_computed_tokens) {
   const int64_t wanted_blocks = blocks_for_tokens(num_tokens);
+  // Blocks in [gap_begin, gap_end) are out of a sliding group's sight: freed, or never taken.
+  auto gap = [&](const Group& g) {
+    const int64_t begin = sink_blocks(g);
+    return std::pair{begin, std::max(begin, first_kept_block(g, num_computed_tokens))};
+  };
   // First check every group, so that a failure takes nothing anywhere.
   std::vector<int64_t> needed(groups_.size());
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
@@ -112,17 +122,17 @@ bool KVCacheManager::allocate_slots(RequestId request, int64_t num_tokens, const
     const int64_t held = it == g.tables.end() ? 0 : int64_t(it->second.blocks.size());
     const bool with_prefix = prefix != nullptr && held == 0 && !prefix->hashes.empty();
     const int64_t start = with_prefix ? int64_t(prefix->hashes.size()) : held;
-    // Blocks a sliding group would allocate only to free at once are skipped.
-    const int64_t first = std::max(start, first_kept_block(g, num_computed_tokens));
-    needed[gi] = std::max<int64_t>(0, wanted_blocks - first);
+    const auto [gap_begin, gap_end] = gap(g);
+    // New blocks in [start, wanted), but for those a sliding group would only free at once.
+    const int64_t skipped = std::max<int64_t>(0, std::min(wanted_blocks, gap_end) - std::max(start, gap_begin));
+    needed[gi] = std::max<int64_t>(0, wanted_blocks - start - skipped);
     int64_t available = g.pool.num_free();
     if (with_prefix) {
       for (BlockId b : prefix->blocks[gi]) available -= g.pool.is_free(b) ? 1 : 0;
     }
     // Blocks this call frees (out of the window) count as available.
     if (it != g.tables.end()) {
-      const int64_t drop = std::min<int64_t>(first_kept_block(g, num_computed_tokens), held);
-      for (int64_t b = 0; b < drop; ++b) {
+      for (int64_t b = gap_begin; b < std::min(gap_end, held); ++b) {
         const BlockId id = it->second.blocks[size_t(b)];
         if (id >= 0 && g.pool.ref_count(id) == 1) ++available;
       }
@@ -138,16 +148,19 @@ bool KVCacheManager::allocate_slots(RequestId request, int64_t num_tokens, const
       table.hashes = prefix->hashes;
     }
     // Free what no coming token can see (sliding groups only).
-    const int64_t keep_from = first_kept_block(g, num_computed_tokens);
-    for (int64_t b = 0; b < std::min<int64_t>(keep_from, int64_t(table.blocks.size())); ++b) {
+    const auto [gap_begin, gap_end] = gap(g);
+    for (int64_t b = gap_begin; b < std::min<int64_t>(gap_end, int64_t(table.blocks.size())); ++b) {
       if (table.blocks[size_t(b)] >= 0) {
         g.pool.release(table.blocks[size_t(b)]);
         table.blocks[size_t(b)] = -1;
       }
     }
-    while (int64_t(table.blocks.size()) < std::min(keep_from, wanted_blocks)) table.blocks.push_back(-1);
     const std::vector<BlockId> fresh = take_fresh_blocks(g, int32_t(needed[gi]));
-    table.blocks.insert(table.blocks.end(), fresh.begin(), fresh.end());
+    size_t next = 0;
+    while (int64_t(table.blocks.size()) < wanted_blocks) {
+      const int64_t b = int64_t(table.blocks.size());
+      table.blocks.push_back(b >= gap_begin && b < gap_end ? -1 : fresh[next++]);
+    }
   }
   return true;
 }

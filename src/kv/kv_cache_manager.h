@@ -6,7 +6,9 @@
 // sliding-window layers (Mistral, Gemma 3's local layers) need only the last `window` positions,
 // so their blocks that fall entirely out of the window are freed as the request advances — a
 // sliding group holds about window / block_size + 1 blocks per request however long it runs.
-// Each group has its own pool (its blocks hold a different set of layers).
+// A rolling window with attention sinks (StreamingLLM) is a sliding group that also keeps the
+// blocks of its first `sinks` positions. Each group has its own pool (its blocks hold a different
+// set of layers).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +26,8 @@ using RequestId = uint64_t;
 
 struct KVCacheGroupSpec {
   int32_t num_blocks = 0;
-  int window = 0;  // 0: full attention; else the sliding window in tokens
+  int window = 0;  // 0: full attention; else the tokens a position sees (sinks included)
+  int sinks = 0;   // positions [0, sinks) stay visible (with window > 0)
 };
 
 // Full blocks of a request's prefix already in the cache, found by find_cached_prefix().
@@ -50,6 +53,7 @@ class KVCacheManager {
   int block_size() const { return block_size_; }
   int num_groups() const { return int(groups_.size()); }
   int group_window(int group) const { return groups_[size_t(group)].window; }
+  int group_sinks(int group) const { return groups_[size_t(group)].sinks; }
   // Totals over all groups (for metrics); per group with the `group` argument.
   int32_t num_blocks() const;
   int32_t num_free_blocks() const;
@@ -103,14 +107,18 @@ class KVCacheManager {
   };
   struct Group {
     int window;
+    int sinks;
     BlockPool pool;
     PrefixCache cache;
     std::unordered_map<RequestId, Table> tables;
     Group(const KVCacheGroupSpec& spec, PrefixCache::HashFn hash)
-        : window(spec.window), pool(spec.num_blocks), cache(spec.num_blocks, std::move(hash)) {}
+        : window(spec.window), sinks(spec.sinks), pool(spec.num_blocks), cache(spec.num_blocks, std::move(hash)) {}
   };
-  // Index of the first block a sliding group must keep when positions >= first_needed are read.
+  // Blocks [sink_blocks(g), first_kept_block(g, n)) of a request are never read again once
+  // position n is the first to be computed: the gap between a sliding group's sinks (none
+  // without) and its window.
   int64_t first_kept_block(const Group& g, int64_t num_computed_tokens) const;
+  int64_t sink_blocks(const Group& g) const { return blocks_for_tokens(g.sinks); }
   std::vector<BlockId> take_fresh_blocks(Group& g, int32_t count);
 
   int block_size_;

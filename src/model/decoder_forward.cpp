@@ -1,7 +1,8 @@
 // The decoder forward pass shared by every architecture, over a flattened batch (all sequences'
 // tokens in one [T, width] activation matrix). Per layer:
-//   h = RMSNorm(x); q, k, v = h W (+ bias); [per-head RMSNorm of q, k]; RoPE; write K/V to the
-//   paged cache; paged attention (windowed on sliding layers); o = attn W_o; [RMSNorm(o)]; x += o
+//   h = RMSNorm(x); q, k, v = h W (+ bias); [per-head RMSNorm of q, k]; RoPE; [Hadamard rotation
+//   of q, k]; write K/V to the paged cache in its types; paged attention (windowed on sliding
+//   layers, rolling window with sinks when streaming); o = attn W_o; [RMSNorm(o)]; x += o
 //   h = RMSNorm(x); m = W_down (act(h W_gate) * h W_up); [RMSNorm(m)]; x += m
 // then the final RMSNorm and the output head only for the rows that need logits. Bracketed steps
 // and the activation follow the config's feature flags (model_config.h): architectures differ in
@@ -43,7 +44,8 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
   attn.num_tokens = T;
   attn.positions = batch.positions.data();
   attn.token_seq = batch.token_seq.data();
-  attn.block_size = kv.block_size;
+  attn.block_size = kv.spec.block_size;
+  attn.rotated = kv.spec.rotate;
   attn.n_head = int(c.n_head);
   attn.n_kv_head = int(c.n_head_kv);
   attn.head_dim = int(c.head_dim);
@@ -73,13 +75,22 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
     rope.freq_scale = local_rope ? 1.0f : c.rope_freq_scale;
     backend.rope(s.q.data(), batch.positions.data(), T, int(c.n_head), int(c.head_dim), rope);
     backend.rope(s.k.data(), batch.positions.data(), T, int(c.n_head_kv), int(c.head_dim), rope);
-    // The layer's KV-cache group decides where its K/V live.
-    const KvGroupBatch& group = batch.kv_groups[size_t(kv.layer_group[size_t(il)])];
+    if (kv.spec.rotate) {
+      // Hadamard-rotate each head of Q and K: q . k is unchanged, K's outliers are spread before
+      // it is quantized into the cache.
+      backend.hadamard(s.q.data(), T * c.n_head, int(c.head_dim));
+      backend.hadamard(s.k.data(), T * c.n_head_kv, int(c.head_dim));
+    }
+    // The layer's KV-cache group decides where its K/V live and what it sees.
+    const int g = kv.layout.layer_group[size_t(il)];
+    const KvGroupBatch& group = batch.kv_groups[size_t(g)];
     backend.kv_write(kv.layers[size_t(il)], s.k.data(), s.v.data(), group.slot_mapping.data(), T,
-                     c.kv_width());
+                     int(c.n_head_kv), int(c.head_dim));
     attn.block_tables = group.block_tables.data();
     attn.max_blocks_per_seq = group.max_blocks_per_seq;
-    attn.window = sliding ? c.sliding_window : 0;
+    attn.window = kv.layout.group_windows[size_t(g)];
+    attn.sinks = kv.layout.group_sinks[size_t(g)];
+    attn.sink_rope = &rope;
     backend.paged_attention(attn, s.q.data(), kv.layers[size_t(il)], s.attn.data());
     backend.matmul(l.wo, s.attn.data(), T, s.proj.data());
     if (c.post_norms) {

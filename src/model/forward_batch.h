@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/kv_spec.h"
 
 namespace kestrel {
 
@@ -27,20 +28,22 @@ struct ForwardBatch {
   int64_t num_tokens() const { return int64_t(token_ids.size()); }
 };
 
-// The paged K/V storage of every layer: layer l lives in group layer_group[l], whose blocks are
-// [num_blocks[group]][block_size][n_kv_head][head_dim].
-struct KvCacheView {
-  std::vector<KvLayerView> layers;
-  std::vector<int> layer_group;
-  std::vector<int64_t> num_blocks;  // per group
-  int block_size = 16;
-};
-
-// Which KV-cache group each layer belongs to, and each group's window (0 = full attention).
-// Full-attention layers form group 0 when there are any; sliding-window layers the next group.
+// Which KV-cache group each layer belongs to, and what each group's layers see: a window (0 =
+// full attention) and, for rolling windows, the attention sinks kept at the start. Full-attention
+// layers form group 0 when there are any; sliding-window layers the next group.
 struct KvLayout {
   std::vector<int> group_windows;
+  std::vector<int> group_sinks;
   std::vector<int> layer_group;
+};
+
+// The paged K/V storage of every layer: layer l lives in group layout.layer_group[l], whose
+// blocks are laid out as spec describes (core/kv_spec.h).
+struct KvCacheView {
+  std::vector<KvLayerView> layers;
+  KvLayout layout;
+  std::vector<int64_t> num_blocks;  // per group
+  KvCacheSpec spec;
 };
 
 // Activation buffers reused across forward calls (grown as needed, never shrunk).

@@ -130,7 +130,7 @@ int64_t Model::parameter_count() const {
   return count;
 }
 
-KvLayout Model::kv_layout() const {
+KvLayout Model::kv_layout(int64_t rolling_window, int sink_tokens) const {
   const ModelConfig& c = config_;
   KvLayout layout;
   int full = -1, sliding = -1;
@@ -138,16 +138,31 @@ KvLayout Model::kv_layout() const {
     int& group = c.is_sliding(il) ? sliding : full;
     if (group < 0) {
       group = int(layout.group_windows.size());
-      layout.group_windows.push_back(c.is_sliding(il) ? c.sliding_window : 0);
+      const int window = c.is_sliding(il) ? c.sliding_window : 0;
+      // A rolling window bounds every layer that would otherwise see more than it.
+      const bool rolls = rolling_window > 0 && (window == 0 || window >= rolling_window);
+      layout.group_windows.push_back(rolls ? int(rolling_window) : window);
+      layout.group_sinks.push_back(rolls ? sink_tokens : 0);
     }
     layout.layer_group.push_back(group);
   }
   // Keep full attention as group 0 when both kinds exist (the prefix cache lives there).
   if (full > 0) {
     std::swap(layout.group_windows[0], layout.group_windows[1]);
+    std::swap(layout.group_sinks[0], layout.group_sinks[1]);
     for (int& g : layout.layer_group) g = 1 - g;
   }
   return layout;
+}
+
+KvCacheSpec Model::kv_spec(DType k_type, DType v_type, int block_size) const {
+  KvCacheSpec spec;
+  spec.k_type = k_type;
+  spec.v_type = v_type;
+  spec.block_size = block_size;
+  spec.n_kv_head = config_.n_head_kv;
+  spec.head_dim = config_.head_dim;
+  return spec;
 }
 
 int64_t Model::weight_bytes() const {

@@ -53,8 +53,12 @@ class Model {
   const gguf::GgufFile& file() const { return *file_; }
   int64_t parameter_count() const;
   int64_t weight_bytes() const;
-  // How the layers split into KV-cache groups (full attention / sliding window).
-  KvLayout kv_layout() const;
+  // How the layers split into KV-cache groups (full attention / sliding window). With a rolling
+  // window (attention sinks, core/kv_spec.h), full-attention layers, and sliding layers whose own
+  // window is no smaller, see that window and its sinks.
+  KvLayout kv_layout(int64_t rolling_window = 0, int sink_tokens = 0) const;
+  // The KV cache description of this model for the given types (n_kv_head and head_dim filled in).
+  KvCacheSpec kv_spec(DType k_type = DType::F16, DType v_type = DType::F16, int block_size = 16) const;
 
   // Runs the batch; writes logits [batch.logits_indices.size()][n_vocab].
   void forward(Backend& backend, const ForwardBatch& batch, const KvCacheView& kv,

@@ -48,8 +48,6 @@ struct ModelConfig {
   bool is_sliding(int64_t layer) const {
     return !layer_sliding.empty() && layer_sliding[size_t(layer)] && sliding_window > 0;
   }
-  // K and V bytes one token takes in an F32 cache, over all layers.
-  int64_t kv_bytes_per_token() const { return 2 * n_layer * kv_width() * int64_t(sizeof(float)); }
 };
 
 // Reads the hyper-parameters of any supported architecture (keys under `<arch>.`). An unknown

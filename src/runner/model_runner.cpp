@@ -60,7 +60,12 @@ ForwardBatch build_forward_batch(std::span<const SequenceChunk> chunks, int bloc
 
 ModelRunner::ModelRunner(const Model& model, const RunnerConfig& config)
     : model_(model), config_(config), backend_(make_cpu_backend(config.num_threads)) {
-  const KvLayout layout = model.kv_layout();
+  const ModelConfig& c = model.config();
+  KvCacheSpec spec = config.kv;
+  spec.n_kv_head = c.n_head_kv;
+  spec.head_dim = c.head_dim;
+  validate_kv_spec(spec);
+  const KvLayout layout = model.kv_layout(spec.rolling_window, spec.sink_tokens);
   if (config.group_blocks.size() != layout.group_windows.size()) {
     fail("internal: {} KV block counts for a model with {} KV-cache groups", config.group_blocks.size(),
          layout.group_windows.size());
@@ -68,46 +73,53 @@ ModelRunner::ModelRunner(const Model& model, const RunnerConfig& config)
   for (int64_t blocks : config.group_blocks) {
     if (blocks <= 0) fail("the KV cache needs at least one block per group");
   }
-  const ModelConfig& c = model.config();
-  kv_view_.block_size = config.block_size;
+  kv_view_.spec = spec;
+  kv_view_.layout = layout;
   kv_view_.num_blocks = config.group_blocks;
-  kv_view_.layer_group = layout.layer_group;
-  int64_t total_floats = 0;
+  const int64_t k_layer_block = spec.block_size * spec.n_kv_head * spec.k_row_bytes();
+  const int64_t v_layer_block = spec.block_size * spec.n_kv_head * spec.v_row_bytes();
   try {
     for (int64_t il = 0; il < c.n_layer; ++il) {
-      const int64_t floats = config.group_blocks[size_t(layout.layer_group[size_t(il)])] *
-                             config.block_size * c.kv_width();
-      total_floats += 2 * floats;
-      kv_memory_.emplace_back(new float[size_t(floats)]);
-      kv_memory_.emplace_back(new float[size_t(floats)]);
-      kv_view_.layers.push_back({kv_memory_[kv_memory_.size() - 2].get(), kv_memory_.back().get()});
+      const int64_t blocks = config.group_blocks[size_t(layout.layer_group[size_t(il)])];
+      // Never touched here: pages are only faulted in as blocks are first written.
+      kv_memory_.emplace_back(new uint8_t[size_t(blocks * k_layer_block)]);
+      kv_memory_.emplace_back(new uint8_t[size_t(blocks * v_layer_block)]);
+      KvLayerView view;
+      view.k_type = spec.k_type;
+      view.v_type = spec.v_type;
+      view.k = kv_memory_[kv_memory_.size() - 2].get();
+      view.v = kv_memory_.back().get();
+      view.k_row_bytes = spec.k_row_bytes();
+      view.v_row_bytes = spec.v_row_bytes();
+      view.k_token_bytes = spec.n_kv_head * spec.k_row_bytes();
+      view.v_token_bytes = spec.n_kv_head * spec.v_row_bytes();
+      kv_view_.layers.push_back(view);
     }
   } catch (const std::bad_alloc&) {
-    fail("out of memory: the KV cache ({} blocks of {} tokens per group) needs more than {:.1f} MiB; "
-         "use fewer blocks or a shorter context",
-         fmt::join(config.group_blocks, "/"), config.block_size,
-         double(total_floats * int64_t(sizeof(float))) / (1 << 20));
+    fail("out of memory: the KV cache ({} blocks of {} tokens per group, {}) needs {:.1f} MiB; use "
+         "fewer blocks, a smaller KV type or a shorter context",
+         fmt::join(config.group_blocks, "/"), spec.block_size, spec.describe(),
+         double(kv_bytes_for(model, spec, config.group_blocks)) / (1 << 20));
   }
 }
 
-int64_t ModelRunner::kv_bytes() const {
+int64_t kv_bytes_for(const Model& model, const KvCacheSpec& spec, std::span<const int64_t> group_blocks) {
+  const KvLayout layout = model.kv_layout(spec.rolling_window, spec.sink_tokens);
   int64_t bytes = 0;
-  const ModelConfig& c = model_.config();
-  for (int64_t il = 0; il < c.n_layer; ++il) {
-    bytes += 2 * kv_view_.num_blocks[size_t(kv_view_.layer_group[size_t(il)])] * config_.block_size *
-             c.kv_width() * int64_t(sizeof(float));
-  }
+  for (int g : layout.layer_group) bytes += group_blocks[size_t(g)] * spec.block_bytes();
   return bytes;
 }
 
+int64_t ModelRunner::kv_bytes() const { return kv_bytes_for(model_, kv_view_.spec, config_.group_blocks); }
+
 std::span<float> ModelRunner::execute(std::span<const SequenceChunk> chunks) {
-  return execute(build_forward_batch(chunks, config_.block_size, num_groups()));
+  return execute(build_forward_batch(chunks, block_size(), num_groups()));
 }
 
 std::span<float> ModelRunner::execute(const ForwardBatch& batch) {
   for (size_t g = 0; g < batch.kv_groups.size(); ++g) {
     for (int64_t slot : batch.kv_groups[g].slot_mapping) {
-      if (slot < 0 || slot >= kv_view_.num_blocks[g] * config_.block_size) {
+      if (slot < 0 || slot >= kv_view_.num_blocks[g] * block_size()) {
         fail("internal: KV slot {} outside the cache", slot);
       }
     }

@@ -34,13 +34,19 @@ ForwardBatch build_forward_batch(std::span<const SequenceChunk> chunks, int bloc
 
 struct RunnerConfig {
   int num_threads = 2;
-  int block_size = 16;
+  // The KV cache's types, block size, rotation and rolling window; n_kv_head and head_dim are
+  // the model's (filled in by the runner).
+  KvCacheSpec kv;
   std::vector<int64_t> group_blocks;  // blocks per KV-cache group (see Model::kv_layout)
 };
 
+// Bytes of a K/V cache of `spec` (n_kv_head, head_dim filled in) with these blocks per group.
+int64_t kv_bytes_for(const Model& model, const KvCacheSpec& spec, std::span<const int64_t> group_blocks);
+
 class ModelRunner {
  public:
-  // Allocates each group's blocks for the layers in it; a clear error if memory runs out.
+  // Allocates each group's blocks for the layers in it; a clear error if the KV types do not fit
+  // the model or memory runs out.
   ModelRunner(const Model& model, const RunnerConfig& config);
 
   // Runs the chunks as one batch. Returns logits [rows][n_vocab], rows in chunk order and, within
@@ -49,15 +55,18 @@ class ModelRunner {
   std::span<float> execute(const ForwardBatch& batch);
 
   const Model& model() const { return model_; }
-  int block_size() const { return config_.block_size; }
+  int block_size() const { return kv_view_.spec.block_size; }
   int num_groups() const { return int(config_.group_blocks.size()); }
+  const KvCacheSpec& kv_spec() const { return kv_view_.spec; }
+  const KvLayout& kv_layout() const { return kv_view_.layout; }
+  // Bytes of the whole K/V cache, all layers and groups.
   int64_t kv_bytes() const;
 
  private:
   const Model& model_;
   RunnerConfig config_;
   std::unique_ptr<Backend> backend_;
-  std::vector<std::unique_ptr<float[]>> kv_memory_;  // K and V of each layer
+  std::vector<std::unique_ptr<uint8_t[]>> kv_memory_;  // K and V of each layer
   KvCacheView kv_view_;
   ForwardScratch scratch_;
   std::vector<float> logits_;

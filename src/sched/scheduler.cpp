@@ -25,6 +25,16 @@ Scheduler::Scheduler(const SchedulerConfig& config, KVCacheManager& kv) : config
 
 std::string Scheduler::check_capacity(int64_t num_prompt_tokens, int64_t max_tokens) const {
   if (num_prompt_tokens <= 0) return "the prompt is empty";
+  if (config_.streaming) {
+    // The window rolls: memory is bounded whatever the length, positions are int32.
+    if (max_tokens < 1) return fmt::format("max_tokens must be at least 1, got {}", max_tokens);
+    constexpr int64_t kMaxPositions = int64_t(1) << 31;
+    if (num_prompt_tokens + max_tokens > kMaxPositions) {
+      return fmt::format("the prompt ({} tokens) plus max_tokens ({}) is more than {} positions",
+                         num_prompt_tokens, max_tokens, kMaxPositions);
+    }
+    return kv_.check_fits(num_prompt_tokens + max_tokens - 1, config_.max_num_batched_tokens);
+  }
   if (num_prompt_tokens >= config_.max_model_len) {
     return fmt::format("the prompt has {} tokens, but the context holds {} tokens (prompt plus at "
                        "least one generated token)",
@@ -162,7 +172,7 @@ void Scheduler::update_from_output(const SchedulerOutput& output, std::span<cons
     if (!request->ignore_eos && token == request->eos_token) {
       retire(request, FinishReason::Stop);
     } else if (request->num_output_tokens() >= request->max_tokens ||
-               request->num_tokens() >= config_.max_model_len) {
+               (!config_.streaming && request->num_tokens() >= config_.max_model_len)) {
       retire(request, FinishReason::Length);
     }
   }

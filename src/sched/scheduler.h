@@ -32,6 +32,9 @@ struct SchedulerConfig {
   int max_num_seqs = 64;
   int64_t max_model_len = 2048;
   SchedulingPolicy policy = SchedulingPolicy::Continuous;
+  // Streaming (attention sinks over a rolling window of max_model_len): a sequence may run past
+  // max_model_len; only max_tokens (and the int32 position range) ends it.
+  bool streaming = false;
 };
 
 struct ScheduledRequest {
@@ -54,7 +57,8 @@ class Scheduler {
   Scheduler(const SchedulerConfig& config, KVCacheManager& kv);
 
   // Why a request can never run, or "" if it can: prompt empty or not shorter than the context,
-  // prompt + max_tokens longer than the context, or more blocks than the whole pool.
+  // prompt + max_tokens longer than the context (neither when streaming), or more blocks than the
+  // whole pool.
   std::string check_capacity(int64_t num_prompt_tokens, int64_t max_tokens) const;
   // Queues a request; throws kestrel::Error with check_capacity's reason if it can never run.
   void add_request(std::unique_ptr<Request> request);

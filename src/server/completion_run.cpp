@@ -23,7 +23,7 @@ CompletionRun::CompletionRun(AsyncEngine& engine, const ParsedRequest& r) : engi
         g.sampling.seed = r.seeded ? r.sampling.seed + uint64_t(j)
                                    : (uint64_t(entropy()) << 32 | uint64_t(entropy()));
         g.max_tokens = r.max_tokens >= 0 ? r.max_tokens
-                                         : std::max<int64_t>(1, engine.max_model_len() - int64_t(prompt.size()));
+                                         : std::max<int64_t>(1, engine.max_request_tokens() - int64_t(prompt.size()));
         g.stop = r.stop;
         g.priority = r.priority;
         g.ignore_eos = r.ignore_eos;

@@ -127,7 +127,7 @@ void HttpServer::Impl::install_routes() {
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     const json model = {{"id", options.model_name}, {"object", "model"}, {"created", int64_t(std::time(nullptr))},
-                        {"owned_by", "kestrel"}, {"max_model_len", engine.max_model_len()}};
+                        {"owned_by", "kestrel"}, {"max_model_len", engine.max_request_tokens()}};
     res.set_content(dump_json({{"object", "list"}, {"data", json::array({model})}}), "application/json");
   });
   http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {

@@ -42,6 +42,11 @@ std::string render_prometheus(const MetricsSnapshot& m, const std::string& model
   scalar(out, "kestrel_kv_cache_blocks_total", "gauge", "KV-cache blocks in the pool.", labels, double(m.kv_blocks_total));
   scalar(out, "kestrel_kv_cache_usage_ratio", "gauge", "Fraction of KV-cache blocks in use.", labels,
          m.kv_blocks_total > 0 ? double(m.kv_blocks_used) / double(m.kv_blocks_total) : 0.0);
+  metric_header(out, "kestrel_kv_cache_info", "gauge", "The KV cache's element types (labels).");
+  out += fmt::format("kestrel_kv_cache_info{{{},k_type=\"{}\",v_type=\"{}\"}} 1\n", labels, m.kv_k_type, m.kv_v_type);
+  scalar(out, "kestrel_kv_cache_bytes", "gauge", "Bytes of the whole KV cache.", labels, double(m.kv_bytes));
+  scalar(out, "kestrel_kv_cache_bytes_per_token", "gauge", "K and V bytes of one token over every layer.", labels, double(m.kv_bytes_per_token));
+  scalar(out, "kestrel_kv_cache_capacity_tokens", "gauge", "Token positions the KV cache holds across all sequences.", labels, double(m.kv_capacity_tokens));
   scalar(out, "kestrel_prefix_cache_blocks", "gauge", "Full blocks registered in the prefix cache.", labels, double(m.kv_blocks_cached));
   scalar(out, "kestrel_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", labels, double(m.prefix_query_tokens));
   scalar(out, "kestrel_prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.", labels, double(m.prefix_hit_tokens));

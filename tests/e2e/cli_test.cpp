@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -82,8 +83,67 @@ TEST(Cli, InfoShowsArchitectureAndMemoryPlan) {
   EXPECT_NE(r.out.find("architecture:    llama"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("parameters:      292800"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("48 x F32"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("KV cache per token: 1.25 KiB"), std::string::npos) << r.out;
+  // 5 layers x 4 KV heads x 8 values x 2 (K and V), F16 by default: 640 bytes.
+  EXPECT_NE(r.out.find("KV cache per token: 640.00 B (f16 K and V"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("KV blocks"), std::string::npos) << r.out;
+  // Every type's cost, and the ones the head size (8) cannot hold.
+  EXPECT_NE(r.out.find("q8_0   head size 8 is not a multiple of 32: not usable"), std::string::npos) << r.out;
+  const CommandResult f32 = run_kestrel("info " + kStories + " --budget-gib 1 --kv-type f32");
+  ASSERT_EQ(f32.exit_code, 0) << f32.err;
+  EXPECT_NE(f32.out.find("KV cache per token: 1.25 KiB (f32 K and V"), std::string::npos) << f32.out;
+}
+
+TEST(Cli, KvTypeErrorsListTheTypesOrNameTheHeadSize) {
+  const CommandResult unknown = run_kestrel("run " + kStories + " -n 4 --kv-type q3_k");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.err.find("unknown KV cache type 'q3_k' (choose one of: f32, f16, bf16, fp8, q8_0, q4_0)"),
+            std::string::npos) << unknown.err;
+  const CommandResult head = run_kestrel("run " + kStories + " -n 4 --kv-type-v q4_0");
+  EXPECT_EQ(head.exit_code, 1);
+  EXPECT_NE(head.err.find("q4_0 stores 32 values per block, but this model's head size is 8"), std::string::npos)
+      << head.err;
+  const CommandResult sinks = run_kestrel("run " + kStories + " -n 4 --ctx 64 --attention-sinks 64");
+  EXPECT_EQ(sinks.exit_code, 1);
+  EXPECT_NE(sinks.err.find("--attention-sinks 64 must be fewer than the window"), std::string::npos) << sinks.err;
+}
+
+// The KL divergence of a cache against itself is exactly 0 (same run, same chunks, same kernels);
+// F16 K/V against F32 is small but not 0.
+TEST(Cli, PerplexityKlDivergenceAgainstABaseKvType) {
+  const std::string common = "perplexity " + kStories + " -f " + test::shared_model_path("text/tinystories_val.txt") +
+                             " --ctx 128 --chunks 4 --json";
+  const CommandResult same = run_kestrel(common + " --kv-type f32 --kld-kv-type f32");
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_NE(same.out.find("\"kld_mean\":0.0"), std::string::npos) << same.out;
+  EXPECT_NE(same.out.find("\"top1_agreement\":1.0"), std::string::npos) << same.out;
+  const CommandResult f16 = run_kestrel(common + " --kld-kv-type f32");
+  ASSERT_EQ(f16.exit_code, 0) << f16.err;
+  const size_t at = f16.out.find("\"kld_mean\":");
+  ASSERT_NE(at, std::string::npos) << f16.out;
+  const double kld = std::atof(f16.out.c_str() + at + 11);
+  EXPECT_GT(kld, 0.0) << f16.out;
+  EXPECT_LT(kld, 1e-4) << f16.out;
+  EXPECT_NE(f16.out.find("Mean    KLD:"), std::string::npos) << f16.out;
+}
+
+// Streaming a text through a rolling window with attention sinks runs past the window and scores
+// every token after it.
+TEST(Cli, PerplexityStreamsThroughARollingWindow) {
+  const CommandResult r = run_kestrel("perplexity " + kStories + " -f " +
+                                      test::shared_model_path("text/tinystories_val.txt") +
+                                      " --ctx 64 --attention-sinks 4 --max-tokens 600");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  double ppl = 0, error = 0;
+  long scored = 0;
+  const size_t at = r.out.find("Final estimate: PPL = ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  ASSERT_EQ(std::sscanf(r.out.c_str() + at, "Final estimate: PPL = %lf +/- %lf (streamed, %ld tokens scored)", &ppl,
+                        &error, &scored),
+            3)
+      << r.out;
+  EXPECT_EQ(scored, 600 - 64);
+  EXPECT_GT(ppl, 1.0);
+  EXPECT_LT(ppl, 20.0);
 }
 
 TEST(Cli, PerplexityPrintsLlamaCppStyleFinalEstimate) {

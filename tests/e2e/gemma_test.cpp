@@ -20,10 +20,7 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string default_model_path() {
-  if (const char* env = std::getenv("KESTREL_DEFAULT_MODEL")) return env;
-  return KESTREL_DEFAULT_MODEL;
-}
+using test::default_model_path;
 
 class Gemma270M : public testing::Test {
  protected:

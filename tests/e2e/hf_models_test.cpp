@@ -150,7 +150,8 @@ TEST_P(HfModel, BatchLogitsMatchTransformers) {
   }
   RunnerConfig rc;
   rc.num_threads = 2;
-  rc.block_size = block_size;
+  // F32 K/V: the model's math against transformers', not the cache's rounding.
+  rc.kv = model_->kv_spec(DType::F32, DType::F32, block_size);
   rc.group_blocks.assign(layout.group_windows.size(), blocks_per_seq * int64_t(prompts.size()));
   ModelRunner runner(*model_, rc);
 
@@ -203,6 +204,7 @@ std::vector<std::vector<TokenId>> generate(const Model& model, const std::vector
   EngineConfig config;
   config.num_threads = 2;
   config.max_model_len = 256;
+  config.kv_type_k = config.kv_type_v = DType::F32;  // transformers' cache is F32
   return test::generate_greedy(model, -1, config, prompts, std::vector<int>(prompts.size(), max_tokens)).outputs;
 }
 

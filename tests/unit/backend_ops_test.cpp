@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <random>
@@ -35,6 +36,7 @@
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "isa_env.h"
 #include "quant/blocks.h"
 #include "quant/format.h"
 
@@ -62,13 +64,8 @@ class AlignedBytes {
   size_t offset_ = 0;
 };
 
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> isas;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (cpu::kernels_for(isa) != nullptr) isas.push_back(isa);
-  }
-  return isas;
-}
+using test::IsaEnv;
+using test::supported_isas;
 
 const WeightFormat& activation_format(const WeightFormat& format) {
   return quant::require_format(format.activation_type);
@@ -263,37 +260,45 @@ TEST(KernelTables, SimdTablesHaveTheMainFormats) {
   }
 }
 
-TEST(KernelTables, ThisMachineHasAvx2) {
-  // The build targets x86-64-v3, so every machine that runs the tests has the AVX2 table.
-  EXPECT_TRUE(cpu::cpu_features().has_avx2_set()) << cpu::cpu_features().describe();
-  EXPECT_NE(cpu::kernels_for(Isa::Avx2), nullptr);
-  std::printf("CPU features: %s; best ISA: %s\n", cpu::cpu_features().describe().c_str(),
-              std::string(cpu::isa_name(cpu::best_isa())).c_str());
+// The dispatcher picks the table the CPU supports: CPUID's reading (cpu_features) agrees with the
+// kernel's own flags in /proc/cpuinfo, and best_isa() is the widest table those flags allow.
+TEST(KernelTables, DispatcherPicksTheTableTheCpuSupports) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, flags;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      flags = " " + line.substr(line.find(':') + 1) + " ";
+      break;
+    }
+  }
+  ASSERT_FALSE(flags.empty()) << "no flags line in /proc/cpuinfo";
+  auto has = [&](const char* flag) { return flags.find(std::string(" ") + flag + " ") != std::string::npos; };
+  const cpu::CpuFeatures& f = cpu::cpu_features();
+  EXPECT_EQ(f.avx2, has("avx2"));
+  EXPECT_EQ(f.fma, has("fma"));
+  EXPECT_EQ(f.f16c, has("f16c"));
+  EXPECT_EQ(f.avx512f, has("avx512f"));
+  EXPECT_EQ(f.avx512bw, has("avx512bw"));
+  EXPECT_EQ(f.avx512vbmi, has("avx512vbmi"));
+  EXPECT_EQ(f.gfni, has("gfni"));
+  const bool avx2_set = has("avx2") && has("fma") && has("f16c");
+  const bool avx512_set = avx2_set && has("avx512f") && has("avx512bw") && has("avx512vl") && has("avx512dq") &&
+                          has("avx512_vnni") && has("avx512vbmi") && has("avx512_vbmi2") && has("avx512_bitalg") &&
+                          has("avx512_vpopcntdq") && has("gfni");
+  EXPECT_EQ(cpu::kernels_for(Isa::Avx2) != nullptr, avx2_set);
+  EXPECT_EQ(cpu::kernels_for(Isa::Avx512) != nullptr, avx512_set);
+  EXPECT_EQ(cpu::best_isa(), avx512_set ? Isa::Avx512 : avx2_set ? Isa::Avx2 : Isa::Scalar);
+  {
+    IsaEnv env(nullptr);
+    EXPECT_EQ(cpu::active_kernels().isa, cpu::best_isa());
+  }
+  // Every table carries its attention and activation kernels.
+  for (Isa isa : supported_isas()) {
+    EXPECT_NE(cpu::kernels_for(isa)->attention, nullptr) << cpu::isa_name(isa);
+    EXPECT_NE(cpu::kernels_for(isa)->activations, nullptr) << cpu::isa_name(isa);
+  }
+  std::printf("CPU features: %s; best ISA: %s\n", f.describe().c_str(), std::string(cpu::isa_name(cpu::best_isa())).c_str());
 }
-
-class IsaEnv {
- public:
-  explicit IsaEnv(const char* value) {
-    if (const char* old = std::getenv("KESTREL_ISA")) saved_ = old;
-    had_ = std::getenv("KESTREL_ISA") != nullptr;
-    if (value != nullptr) {
-      setenv("KESTREL_ISA", value, 1);
-    } else {
-      unsetenv("KESTREL_ISA");
-    }
-  }
-  ~IsaEnv() {
-    if (had_) {
-      setenv("KESTREL_ISA", saved_.c_str(), 1);
-    } else {
-      unsetenv("KESTREL_ISA");
-    }
-  }
-
- private:
-  std::string saved_;
-  bool had_ = false;
-};
 
 TEST(KernelTables, KestrelIsaSelectsOrFailsClearly) {
   {

@@ -1,6 +1,7 @@
 // KV-cache groups with a sliding window: blocks that fall out of the window are freed as a request
 // advances, so a sliding group holds about window / block_size + 1 blocks however long the
-// request runs, while the full-attention group keeps everything.
+// request runs, while the full-attention group keeps everything. A rolling window with attention
+// sinks also keeps the blocks of its first positions.
 #include <gtest/gtest.h>
 
 #include "kv/kv_cache_manager.h"
@@ -68,6 +69,50 @@ TEST(KvSlidingWindow, FailureTakesNothingInAnyGroup) {
 TEST(KvSlidingWindow, PrefixCachingIsOffWhenAGroupSlides) {
   KVCacheManager kv({{10, 0}, {10, 16}}, 16, /*enable_prefix_caching=*/true);
   EXPECT_FALSE(kv.prefix_caching());
+}
+
+// A rolling window of 64 with 20 sinks over blocks of 16: the sinks' two blocks stay for the whole
+// run, the blocks between them and the window are freed, and the held count stays bounded.
+TEST(KvAttentionSinks, SinkBlocksStayAndTheGapIsFreed) {
+  constexpr int kBlock = 16, kWindow = 64, kSinks = 20;
+  KVCacheManager kv({{40, kWindow, kSinks}}, kBlock, false);
+  ASSERT_TRUE(kv.allocate_slots(1, 30, nullptr, 0));
+  int64_t max_held = 0;
+  for (int64_t computed = 30; computed < 2000; ++computed) {
+    ASSERT_TRUE(kv.allocate_slots(1, computed + 1, nullptr, computed)) << computed;
+    const auto& table = kv.block_table(1, 0);
+    max_held = std::max(max_held, held(table));
+    // The sinks and every recent position the next token sees are held.
+    for (int64_t p = 0; p < kSinks; ++p) ASSERT_GE(table[size_t(p / kBlock)], 0) << "sink " << p;
+    const int64_t recent = std::max<int64_t>(kSinks, computed - (kWindow - kSinks) + 1);
+    for (int64_t p = recent; p <= computed; ++p) ASSERT_GE(table[size_t(p / kBlock)], 0) << p << " at " << computed;
+    // Blocks wholly between the sinks and the window are gone.
+    for (int64_t b = 2; b < recent / kBlock; ++b) ASSERT_EQ(table[size_t(b)], -1) << "block " << b << " at " << computed;
+  }
+  // 2 sink blocks + ceil(43 / 16) + 1 = 4 window blocks + the one being filled.
+  EXPECT_LE(max_held, 2 + 4 + 1);
+  EXPECT_EQ(kv.max_blocks_held(0, 100000, 1), 2 + 3 + 1 + 1 + 1);
+  EXPECT_EQ(kv.check_fits(100000, 1), "");
+  kv.free(1);
+  EXPECT_EQ(kv.num_free_blocks(), 40);
+}
+
+// Chunked prefill of a prompt many windows long: each chunk's blocks before the window (but the
+// sinks') are freed before the next is allocated, so the pool needs a window plus a chunk.
+TEST(KvAttentionSinks, LongPromptInChunksFitsTheWindowAndAChunk) {
+  KVCacheManager kv({{12, 48, 4}}, 16, false);
+  // 1 sink block + ceil(43/16)+1 = 4 window blocks + ceil(64/16)+1 = 5 chunk blocks = 10 <= 12.
+  EXPECT_EQ(kv.max_blocks_held(0, 5000, 64), 10);
+  EXPECT_EQ(kv.check_fits(5000, 64), "");
+  int64_t computed = 0;
+  while (computed < 5000) {
+    const int64_t chunk = std::min<int64_t>(64, 5000 - computed);
+    ASSERT_TRUE(kv.allocate_slots(3, computed + chunk, nullptr, computed)) << computed;
+    EXPECT_GE(kv.block_table(3, 0)[0], 0) << "the sink block was freed at " << computed;
+    computed += chunk;
+  }
+  kv.free(3);
+  EXPECT_EQ(kv.num_free_blocks(), 12);
 }
 
 }  // namespace

@@ -69,8 +69,9 @@ TEST(ModelLoad, ReadsStoriesHyperParameters) {
   EXPECT_FALSE(c.rope_neox);
   EXPECT_FALSE(model->weights().tied_output) << "stories260K.gguf stores output.weight";
   EXPECT_EQ(model->parameter_count(), 512 * 64 * 2 + 64 + 5 * (64 * 64 * 2 + 2 * 64 * 32 + 3 * 64 * 172 + 2 * 64));
-  // K and V: 5 layers x 32 values x 4 bytes x 2.
-  EXPECT_EQ(c.kv_bytes_per_token(), 5 * 32 * 4 * 2);
+  // K and V per layer: 4 KV heads of 8 values, F32 (4 bytes) or F16 (2).
+  EXPECT_EQ(model->kv_spec(DType::F32, DType::F32).token_bytes(), 32 * 4 * 2);
+  EXPECT_EQ(model->kv_spec().token_bytes(), 32 * 2 * 2);
 }
 
 TEST(ModelLoad, MissingOutputTensorMeansTiedEmbedding) {

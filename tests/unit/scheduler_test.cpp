@@ -335,5 +335,43 @@ TEST(Scheduler, ManyRandomRequestsNeverLeakOrStall) {
   }
 }
 
+// Streaming (attention sinks over a rolling window of max_model_len): a request runs far past the
+// context with a bounded pool; without streaming the same request is refused.
+TEST(Scheduler, StreamingRunsPastTheContextWithBoundedBlocks) {
+  SchedulerConfig config;
+  config.max_model_len = 64;
+  config.max_num_batched_tokens = 32;
+  KVCacheManager plain(100, 16);
+  EXPECT_NE(Scheduler(config, plain).check_capacity(100, 2000), "");
+  config.streaming = true;
+  KVCacheManager kv({{12, 64, 4}}, 16, false);
+  Scheduler scheduler(config, kv);
+  EXPECT_EQ(scheduler.check_capacity(100, 2000), "");
+  scheduler.add_request(make_request(1, 100, 2000));
+  int32_t most_used = 0;
+  int64_t generated = 0;
+  std::vector<std::unique_ptr<Request>> done;
+  for (int step = 0; step < 5000 && scheduler.has_unfinished(); ++step) {
+    const SchedulerOutput out = scheduler.schedule();
+    ASSERT_FALSE(out.empty()) << "stalled at step " << step;
+    std::vector<TokenId> sampled;
+    for (const auto& sr : out.scheduled) {
+      if (sr.sample) sampled.push_back(7);
+    }
+    generated += int64_t(sampled.size());
+    scheduler.update_from_output(out, sampled);
+    most_used = std::max(most_used, kv.num_used_blocks());
+    for (auto& r : scheduler.take_finished()) done.push_back(std::move(r));
+  }
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0]->finish_reason, FinishReason::Length);
+  EXPECT_EQ(done[0]->num_output_tokens(), 2000);
+  EXPECT_EQ(generated, 2000);
+  // 1 sink block + ceil(59/16) + 1 = 5 window blocks + ceil(32/16) + 1 = 3 chunk blocks.
+  EXPECT_LE(most_used, 9);
+  EXPECT_EQ(kv.num_free_blocks(), 12);
+  EXPECT_EQ(scheduler.num_preemptions(), 0);
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -1,97 +1,16 @@
 #include "backend/cpu/attention_cpu.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <vector>
 
-#include "backend/cpu/vec_math.h"
+#include "backend/cpu/attention_kernels.h"
+#include "backend/cpu/head_transforms.h"
 #include "core/error.h"
 
 namespace kestrel::cpu {
 namespace {
-
-// {hsum_tree(a0), hsum_tree(a1), hsum_tree(a2), hsum_tree(a3)}.
-inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-  const __m256 quads = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-  return _mm_add_ps(_mm256_castps256_ps128(quads), _mm256_extractf128_ps(quads, 1));
-}
-
-// x . y over n floats in a fixed order: 8 lanes, hsum_tree, then the scalar tail.
-inline float dot(const float* x, const float* y, int n) {
-  __m256 acc = _mm256_setzero_ps();
-  int i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc);
-  float sum = hsum_tree(acc);
-  for (; i < n; ++i) sum += x[i] * y[i];
-  return sum;
-}
-
-// scores[i] = (q . k_i) * scale for the `count` keys k_i = k + i * stride (head_dim hd floats
-// each); returns their maximum. Eight keys at a time share each load of q and one reduction;
-// each score is the same arithmetic as dot(q, k_i, hd).
-inline float block_scores(const float* q, const float* k, int64_t stride, int count, int hd, float scale,
-                          float* scores) {
-  int i = 0;
-  if (hd % 8 == 0) {
-    for (; i + 8 <= count; i += 8) {
-      const float* ki = k + i * stride;
-      __m256 acc[8];
-      for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-      for (int d = 0; d < hd; d += 8) {
-        const __m256 qv = _mm256_loadu_ps(q + d);
-        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(ki + j * stride + d), acc[j]);
-      }
-      const __m256 sums = _mm256_set_m128(reduce4(acc[4], acc[5], acc[6], acc[7]), reduce4(acc[0], acc[1], acc[2], acc[3]));
-      _mm256_storeu_ps(scores + i, _mm256_mul_ps(sums, _mm256_set1_ps(scale)));
-    }
-  }
-  for (; i < count; ++i) scores[i] = dot(q, k + i * stride, hd) * scale;
-  __m256 max8 = _mm256_set1_ps(-INFINITY);
-  int j = 0;
-  for (; j + 8 <= count; j += 8) max8 = _mm256_max_ps(max8, _mm256_loadu_ps(scores + j));
-  __m128 max4 = _mm_max_ps(_mm256_castps256_ps128(max8), _mm256_extractf128_ps(max8, 1));
-  max4 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
-  float max = std::max(_mm_cvtss_f32(max4), _mm_cvtss_f32(_mm_movehdup_ps(max4)));
-  for (; j < count; ++j) max = std::max(max, scores[j]);
-  return max;
-}
-
-// acc[0, hd) = acc * correction + sum_i w[i] * v_i over the `count` rows v_i = v + i * stride, in
-// key order (the multiply is skipped when correction == 1). 64 elements of acc at a time stay in
-// registers across the keys.
-inline void block_accumulate(float* acc, float correction, const float* w, const float* v, int64_t stride,
-                             int count, int hd) {
-  const __m256 c = _mm256_set1_ps(correction);
-  const bool rescale = correction != 1.0f;
-  int d = 0;
-  for (; d + 64 <= hd; d += 64) {
-    __m256 a[8];
-    for (int j = 0; j < 8; ++j) {
-      a[j] = _mm256_loadu_ps(acc + d + 8 * j);
-      if (rescale) a[j] = _mm256_mul_ps(a[j], c);
-    }
-    for (int i = 0; i < count; ++i) {
-      const __m256 wi = _mm256_set1_ps(w[i]);
-      const float* vi = v + i * stride + d;
-      for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(wi, _mm256_loadu_ps(vi + 8 * j), a[j]);
-    }
-    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(acc + d + 8 * j, a[j]);
-  }
-  for (; d + 8 <= hd; d += 8) {
-    __m256 a = _mm256_loadu_ps(acc + d);
-    if (rescale) a = _mm256_mul_ps(a, c);
-    for (int i = 0; i < count; ++i) a = _mm256_fmadd_ps(_mm256_set1_ps(w[i]), _mm256_loadu_ps(v + i * stride + d), a);
-    _mm256_storeu_ps(acc + d, a);
-  }
-  for (; d < hd; ++d) {
-    float a = rescale ? acc[d] * correction : acc[d];
-    for (int i = 0; i < count; ++i) a = std::fma(w[i], v[i * stride + d], a);
-    acc[d] = a;
-  }
-}
 
 // Running softmax state of one (query token, query head): max, sum of weights, weighted V.
 struct Softmax {
@@ -100,7 +19,9 @@ struct Softmax {
   float* acc = nullptr;  // [head_dim]
 };
 
-// Folds partial state `p` into `r` (both already normalised to their own max).
+// Folds partial state `p` into `r` (both already normalised to their own max). An empty partial
+// (a partition where the token sees nothing) changes nothing, so folding over extra partitions
+// keeps a token's result the same.
 inline void merge(Softmax& r, const Softmax& p, int head_dim) {
   if (p.sum == 0.0f) return;
   if (r.sum == 0.0f) {
@@ -124,53 +45,166 @@ struct Tile {
   int count = 0;
 };
 
+// Rows [lo, hi) of one block: positions block_start + ...
+struct BlockRange {
+  int32_t block_start, lo, hi;
+};
+
+// Per-thread buffers.
+struct Scratch {
+  std::vector<float> k, v;       // [block_size][head_dim] decoded rows of one block and KV head
+  std::vector<float> scores;     // [block_size]
+  std::vector<float> sink_q;     // [kTileTokens * group][head_dim] queries for the sinks
+  std::vector<float> angles;     // [2][n_rot / 2] cos and sin of a sink shift
+};
+
 struct Job {
   const PagedAttentionArgs& a;
   const float* q;
   const KvLayerView& cache;
-  int group;          // query heads per KV head
-  int64_t kv_width;
+  const AttentionKernels& kernels;
+  KvDecodeFn decode_k, decode_v;  // null: F32, read in place
+  int group;                      // query heads per KV head
   int64_t q_width;
+  const float* inv_freq;          // [n_rot / 2] of sink_rope, when sinks > 0
 
-  int32_t visible_first(int32_t position) const {
-    return a.window > 0 ? std::max(0, position - a.window + 1) : 0;
+  // First position of the recent range visible from p (see PagedAttentionArgs).
+  int32_t recent_first(int32_t p) const {
+    if (a.window <= 0) return 0;
+    if (a.sinks <= 0) return std::max(0, p - a.window + 1);
+    return std::max(a.sinks, p - (a.window - a.sinks) + 1);
+  }
+  // How far the sinks' RoPE positions move up for a query at p; 0 while the window holds all.
+  int32_t sink_shift(int32_t p) const { return a.sinks > 0 ? std::max(0, p - a.window + 1) : 0; }
+  // First position visible from p if its sinks and recent range touch (shift 0): one range.
+  int32_t first_visible(int32_t p) const { return a.sinks > 0 && sink_shift(p) == 0 ? 0 : recent_first(p); }
+
+  int32_t tile_first(const Tile& t) const { return a.positions[t.first]; }
+  int32_t tile_last(const Tile& t) const { return a.positions[t.first + t.count - 1]; }
+
+  // The partitions (kPartitionTokens positions each) a tile's queries see, in order.
+  void partitions(const Tile& tile, std::vector<int32_t>& out) const {
+    out.clear();
+    const int32_t j_lo = first_visible(tile_first(tile)) / kPartitionTokens;
+    if (a.sinks > 0 && j_lo > 0) out.push_back(0);
+    for (int32_t j = j_lo; j <= tile_last(tile) / kPartitionTokens; ++j) out.push_back(j);
   }
 
-  // Attention of the tile's queries for KV head `kv_head` over positions [p_begin, p_end) of the
-  // context (one partition); results go to states[token_in_tile * group + head_in_group], which
-  // start empty.
-  void partition(const Tile& tile, int kv_head, int32_t p_begin, int32_t p_end, Softmax* states,
-                 float* scores) const {
+  // Queries for scoring the sinks: each token's query rotated back by its sink shift (un-rotated
+  // from and back into Hadamard space when Q and K were rotated).
+  void make_sink_queries(const Tile& tile, int kv_head, float* sink_q, float* angles) const {
+    const int hd = a.head_dim;
+    const int half = a.sink_rope->n_rot / 2;
+    for (int t = 0; t < tile.count; ++t) {
+      const int32_t shift = sink_shift(a.positions[tile.first + t]);
+      for (int g = 0; g < group; ++g) {
+        const float* src = q + (tile.first + t) * q_width + int64_t(kv_head * group + g) * hd;
+        float* dst = sink_q + (int64_t(t) * group + g) * hd;
+        std::copy(src, src + hd, dst);
+        if (shift == 0) continue;
+        if (a.rotated) hadamard_head(dst, hd);
+        rope_angles(-float(shift), *a.sink_rope, inv_freq, angles, angles + half);
+        rope_apply(dst, *a.sink_rope, angles, angles + half);
+        if (a.rotated) hadamard_head(dst, hd);
+      }
+    }
+  }
+
+  // Keys [from, to) of the decoded block (rows from `lo`) into state s with query qh.
+  void segment(const float* qh, const float* k, const float* v, int64_t stride, int32_t lo, int32_t from,
+               int32_t to, Softmax& s, float* scores) const {
+    if (from >= to) return;
+    const int count = to - from;
+    const float* kr = k + (from - lo) * stride;
+    const float* vr = v + (from - lo) * stride;
+    const float block_max = kernels.block_scores(qh, kr, stride, count, a.head_dim, a.scale, scores);
+    const float new_max = std::max(s.max, block_max);
+    const float correction = s.sum == 0.0f ? 1.0f : std::exp(s.max - new_max);
+    const float sum = s.sum * correction + kernels.exp_shifted_sum(scores, new_max, count);
+    kernels.block_accumulate(s.acc, correction, scores, vr, stride, count, a.head_dim);
+    s.sum = sum;
+    s.max = new_max;
+  }
+
+  // Attention of the tile's queries for KV head `kv_head` over partition j; results go to
+  // states[token_in_tile * group + head_in_group], which start empty.
+  void partition(const Tile& tile, int kv_head, int32_t j, Softmax* states, Scratch& scratch,
+                 bool& sink_q_ready) const {
     const int hd = a.head_dim;
     const int32_t* table = a.block_tables + int64_t(a.token_seq[tile.first]) * a.max_blocks_per_seq;
-    // Only blocks some query of the tile can see: nothing after the last query's position, nothing
-    // before the first query's window.
-    p_end = std::min(p_end, a.positions[tile.first + tile.count - 1] + 1);
-    p_begin = std::max(p_begin, visible_first(a.positions[tile.first]));
-    for (int32_t block_start = p_begin - p_begin % a.block_size; block_start < p_end;
-         block_start += a.block_size) {
-      const int64_t base = int64_t(table[block_start / a.block_size]) * a.block_size;
-      const int32_t lo = std::max(block_start, p_begin);
-      const int32_t hi = std::min(block_start + a.block_size, p_end);  // exclusive
+    const int32_t p_begin = j * kPartitionTokens;
+    const int32_t p_end = std::min((j + 1) * kPartitionTokens, tile_last(tile) + 1);
+    // The positions some query of the tile sees here: its sinks (when they have moved) and the
+    // union of the recent ranges.
+    const int32_t recent = std::max(p_begin, first_visible(tile_first(tile)));
+    BlockRange blocks[2 * (kPartitionTokens + 1)];
+    int num_blocks = 0;
+    auto add = [&](int32_t from, int32_t to) {
+      for (int32_t b = from - from % a.block_size; b < to; b += a.block_size) {
+        const int32_t lo = std::max(b, from), hi = std::min(b + a.block_size, to);
+        if (num_blocks > 0 && blocks[num_blocks - 1].block_start == b) {
+          blocks[num_blocks - 1].hi = hi;  // the sinks' last block is also the window's first
+        } else {
+          blocks[num_blocks++] = {b, lo, hi};
+        }
+      }
+    };
+    const bool moved_sinks = a.sinks > 0 && sink_shift(tile_last(tile)) > 0;
+    if (moved_sinks && recent > a.sinks) add(p_begin, std::min(p_end, a.sinks));
+    add(recent, p_end);
+
+    for (int bi = 0; bi < num_blocks; ++bi) {
+      const BlockRange& r = blocks[bi];
+      const int64_t slot = int64_t(table[r.block_start / a.block_size]) * a.block_size + (r.lo - r.block_start);
+      const uint8_t* k_row = cache.k + slot * cache.k_token_bytes + kv_head * cache.k_row_bytes;
+      const uint8_t* v_row = cache.v + slot * cache.v_token_bytes + kv_head * cache.v_row_bytes;
+      const int rows = r.hi - r.lo;
+      // F32 rows are read in place (stride: one slot); other types are decoded into L1 rows.
+      const float* k = reinterpret_cast<const float*>(k_row);
+      const float* v = reinterpret_cast<const float*>(v_row);
+      int64_t k_stride = cache.k_token_bytes / int64_t(sizeof(float));
+      int64_t v_stride = cache.v_token_bytes / int64_t(sizeof(float));
+      if (decode_k != nullptr) {
+        decode_k(k_row, cache.k_token_bytes, rows, hd, scratch.k.data());
+        k = scratch.k.data();
+        k_stride = hd;
+      }
+      if (decode_v != nullptr) {
+        decode_v(v_row, cache.v_token_bytes, rows, hd, scratch.v.data());
+        v = scratch.v.data();
+        v_stride = hd;
+      }
+      // One stride for both: the F32 in-place stride when both are F32, else both decoded.
+      if (k_stride != v_stride) {
+        // Mixed F32 and decoded types: copy the F32 side into its buffer too.
+        float* dst = decode_k == nullptr ? scratch.k.data() : scratch.v.data();
+        const float* src = decode_k == nullptr ? k : v;
+        const int64_t src_stride = decode_k == nullptr ? k_stride : v_stride;
+        for (int i = 0; i < rows; ++i) std::copy(src + i * src_stride, src + i * src_stride + hd, dst + int64_t(i) * hd);
+        (decode_k == nullptr ? k : v) = dst;
+        k_stride = v_stride = hd;
+      }
       for (int t = 0; t < tile.count; ++t) {
         const int64_t token = tile.first + t;
         const int32_t pos = a.positions[token];
-        const int32_t from = std::max(lo, visible_first(pos));
-        const int32_t to = std::min(hi, pos + 1);  // causal
-        if (from >= to) continue;
+        const int32_t to = std::min(r.hi, pos + 1);  // causal
+        const int32_t shift = sink_shift(pos);
+        const float* qt = q + token * q_width + int64_t(kv_head * group) * hd;
+        if (shift > 0 && r.lo < a.sinks && !sink_q_ready) {
+          make_sink_queries(tile, kv_head, scratch.sink_q.data(), scratch.angles.data());
+          sink_q_ready = true;
+        }
         for (int g = 0; g < group; ++g) {
-          const int head = kv_head * group + g;
-          const float* qh = q + token * q_width + int64_t(head) * hd;
           Softmax& s = states[t * group + g];
-          const float* k = cache.k + (base + from - block_start) * kv_width + int64_t(kv_head) * hd;
-          const float* v = cache.v + (base + from - block_start) * kv_width + int64_t(kv_head) * hd;
-          const float block_max = block_scores(qh, k, kv_width, to - from, hd, a.scale, scores);
-          const float new_max = std::max(s.max, block_max);
-          const float correction = s.sum == 0.0f ? 1.0f : std::exp(s.max - new_max);
-          const float sum = s.sum * correction + exp_shifted_sum(scores, new_max, to - from);
-          block_accumulate(s.acc, correction, scores, v, kv_width, to - from, hd);
-          s.sum = sum;
-          s.max = new_max;
+          if (shift == 0) {
+            segment(qt + int64_t(g) * hd, k, v, k_stride, r.lo, std::max(r.lo, first_visible(pos)), to, s,
+                    scratch.scores.data());
+          } else {
+            const float* qs = scratch.sink_q.data() + (int64_t(t) * group + g) * hd;
+            segment(qs, k, v, k_stride, r.lo, r.lo, std::min(to, a.sinks), s, scratch.scores.data());
+            segment(qt + int64_t(g) * hd, k, v, k_stride, r.lo, std::max(r.lo, recent_first(pos)), to, s,
+                    scratch.scores.data());
+          }
         }
       }
     }
@@ -194,22 +228,37 @@ std::vector<Tile> make_tiles(const PagedAttentionArgs& a) {
 
 }  // namespace
 
-void paged_attention(ThreadPool& pool, const PagedAttentionArgs& a, const float* q,
-                     const KvLayerView& cache, float* out) {
+void paged_attention(ThreadPool& pool, const AttentionKernels& kernels, const PagedAttentionArgs& a,
+                     const float* q, const KvLayerView& cache, float* out) {
   if (a.n_kv_head <= 0 || a.n_head % a.n_kv_head != 0) {
     fail("attention: {} query heads do not divide into {} KV heads", a.n_head, a.n_kv_head);
   }
+  if (a.sinks > 0 && (a.window <= a.sinks || a.sink_rope == nullptr)) {
+    fail("internal: attention sinks need a window larger than the sinks and the layer's RoPE");
+  }
+  auto decoder = [&](DType type) -> KvDecodeFn {
+    if (type == DType::F32) return nullptr;
+    const KvDecodeFn fn = kernels.decoder(type);
+    if (fn == nullptr) fail("attention: no decoder for KV cache type {}", dtype_name(type));
+    return fn;
+  };
   const int hd = a.head_dim;
   const int group = a.n_head / a.n_kv_head;
-  const Job job{a, q, cache, group, int64_t(a.n_kv_head) * hd, int64_t(a.n_head) * hd};
+  std::vector<float> inv_freq;
+  if (a.sinks > 0) {
+    inv_freq.resize(size_t(std::max(1, a.sink_rope->n_rot / 2)));
+    rope_inv_freq(*a.sink_rope, inv_freq.data());
+  }
+  const Job job{a, q, cache, kernels, decoder(cache.k_type), decoder(cache.v_type), group,
+                int64_t(a.n_head) * hd, inv_freq.data()};
   const std::vector<Tile> tiles = make_tiles(a);
 
-  // Partitions of a tile: fixed ranges of absolute positions, up to the tile's last position.
-  auto num_partitions = [&](const Tile& tile) {
-    return int(a.positions[tile.first + tile.count - 1] / kPartitionTokens) + 1;
-  };
+  std::vector<int32_t> parts;
   int max_partitions = 1;
-  for (const Tile& tile : tiles) max_partitions = std::max(max_partitions, num_partitions(tile));
+  for (const Tile& tile : tiles) {
+    job.partitions(tile, parts);
+    max_partitions = std::max(max_partitions, int(parts.size()));
+  }
   const int64_t items = int64_t(tiles.size()) * a.n_kv_head;
   // Flash-decoding: with too few items to keep every thread busy, spread partitions instead.
   const bool split = max_partitions > 1 && items < 2 * int64_t(pool.num_threads());
@@ -241,7 +290,15 @@ void paged_attention(ThreadPool& pool, const PagedAttentionArgs& a, const float*
     std::vector<float> acc_result(size_t(states_per_item) * size_t(hd));
     std::vector<float> acc_partial(size_t(states_per_item) * size_t(hd));
     std::vector<Softmax> result(static_cast<size_t>(states_per_item)), partial(static_cast<size_t>(states_per_item));
-    std::vector<float> scores(static_cast<size_t>(a.block_size));
+    Scratch scratch;
+    scratch.k.resize(size_t(a.block_size) * size_t(hd));
+    scratch.v.resize(size_t(a.block_size) * size_t(hd));
+    scratch.scores.resize(size_t(a.block_size));
+    if (a.sinks > 0) {
+      scratch.sink_q.resize(size_t(states_per_item) * size_t(hd));
+      scratch.angles.resize(2 * inv_freq.size());
+    }
+    std::vector<int32_t> tile_parts;
     auto reset = [&](std::vector<Softmax>& states, std::vector<float>& acc) {
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int i = 0; i < states_per_item; ++i) states[size_t(i)] = Softmax{-INFINITY, 0.0f, acc.data() + size_t(i) * size_t(hd)};
@@ -251,20 +308,21 @@ void paged_attention(ThreadPool& pool, const PagedAttentionArgs& a, const float*
       const int64_t item = split ? w / max_partitions : w;
       const Tile& tile = tiles[size_t(item / a.n_kv_head)];
       const int kv_head = int(item % a.n_kv_head);
-      const int parts = num_partitions(tile);
+      job.partitions(tile, tile_parts);
+      bool sink_q_ready = false;
       if (!split) {
         reset(result, acc_result);
-        for (int part = 0; part < parts; ++part) {
+        for (int32_t j : tile_parts) {
           reset(partial, acc_partial);
-          job.partition(tile, kv_head, part * kPartitionTokens, (part + 1) * kPartitionTokens, partial.data(), scores.data());
+          job.partition(tile, kv_head, j, partial.data(), scratch, sink_q_ready);
           for (int i = 0; i < tile.count * group; ++i) merge(result[size_t(i)], partial[size_t(i)], hd);
         }
         write_output(tile, kv_head, result.data());
       } else {
         const int part = int(w % max_partitions);
-        if (part >= parts) continue;
+        if (part >= int(tile_parts.size())) continue;
         reset(partial, acc_partial);
-        job.partition(tile, kv_head, part * kPartitionTokens, (part + 1) * kPartitionTokens, partial.data(), scores.data());
+        job.partition(tile, kv_head, tile_parts[size_t(part)], partial.data(), scratch, sink_q_ready);
         for (int i = 0; i < tile.count * group; ++i) {
           float* slot = partial_at(item, part, i);
           slot[0] = partial[size_t(i)].max;
@@ -279,12 +337,14 @@ void paged_attention(ThreadPool& pool, const PagedAttentionArgs& a, const float*
   pool.parallel_for(items, [&](int64_t begin, int64_t end) {
     std::vector<float> acc_result(size_t(states_per_item) * size_t(hd));
     std::vector<Softmax> result(static_cast<size_t>(states_per_item));
+    std::vector<int32_t> tile_parts;
     for (int64_t item = begin; item < end; ++item) {
       const Tile& tile = tiles[size_t(item / a.n_kv_head)];
       const int kv_head = int(item % a.n_kv_head);
+      job.partitions(tile, tile_parts);
       std::fill(acc_result.begin(), acc_result.end(), 0.0f);
       for (int i = 0; i < states_per_item; ++i) result[size_t(i)] = Softmax{-INFINITY, 0.0f, acc_result.data() + size_t(i) * size_t(hd)};
-      for (int part = 0; part < num_partitions(tile); ++part) {
+      for (int part = 0; part < int(tile_parts.size()); ++part) {
         for (int i = 0; i < tile.count * group; ++i) {
           float* slot = partial_at(item, part, i);
           merge(result[size_t(i)], Softmax{slot[0], slot[1], slot + 2}, hd);

@@ -1,5 +1,8 @@
 // Paged attention on the CPU, FlashAttention style: K/V are streamed block by block from the
-// paged cache with an online softmax, so no score matrix is ever materialised.
+// paged cache with an online softmax, so no score matrix is ever materialised. K and V are read
+// in the cache's types (core/kv_spec.h): each block's rows for one KV head are decoded into an L1
+// buffer that serves every query of the tile and every query head of the GQA group (F32 rows are
+// read in place); never a whole-cache F32 copy.
 //
 // Work is cut into items of (query tile, KV head, context partition):
 // - a query tile is up to kTileTokens consecutive tokens of one sequence (a prefill chunk), so
@@ -8,9 +11,14 @@
 // - a partition is kPartitionTokens positions of the context. Each partition gives a partial
 //   (max, sum, weighted V) that is merged into the result in partition order. Long decode
 //   contexts are split across threads by partition (flash-decoding); other work keeps an item's
-//   partitions on one thread. Either way the arithmetic per token is the same sequence of
-//   operations, fixed by the token's absolute position — so a token's output never depends on the
-//   batch around it, on chunking, or on whether it is computed in prefill or in decode.
+//   partitions on one thread. Only partitions some query of the tile sees are visited (a sliding
+//   window or a rolling window with sinks skips the rest).
+// Either way the arithmetic per token is the same sequence of operations, fixed by the token's
+// absolute position — so a token's output never depends on the batch around it, on chunking, or
+// on whether it is computed in prefill or in decode.
+//
+// Attention sinks (PagedAttentionArgs): a token whose window has moved scores the sinks with its
+// query rotated back by the shift, in a segment of its own before the recent keys.
 #pragma once
 
 #include "backend/backend.h"
@@ -18,10 +26,12 @@
 
 namespace kestrel::cpu {
 
+struct AttentionKernels;
+
 inline constexpr int kTileTokens = 8;
 inline constexpr int kPartitionTokens = 512;
 
-void paged_attention(ThreadPool& pool, const PagedAttentionArgs& args, const float* q,
-                     const KvLayerView& cache, float* out);
+void paged_attention(ThreadPool& pool, const AttentionKernels& kernels, const PagedAttentionArgs& args,
+                     const float* q, const KvLayerView& cache, float* out);
 
 }  // namespace kestrel::cpu

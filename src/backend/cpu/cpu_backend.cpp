@@ -1,8 +1,9 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include "backend/cpu/attention_cpu.h"
+#include "backend/cpu/attention_kernels.h"
+#include "backend/cpu/head_transforms.h"
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/vec_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -70,35 +71,27 @@ void CpuBackend::add_rms_norm(float* x, const float* y, const float* weight, int
 
 void CpuBackend::rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim,
                       const RopeParams& params) {
-  const int half = params.n_rot / 2;
-  // theta_i = pos * base^(-2i / n_rot), optionally divided by a per-frequency factor.
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) {
-    float f = std::pow(params.freq_base, -2.0f * float(i) / float(params.n_rot));
-    if (params.freq_factors != nullptr) f /= params.freq_factors[i];
-    inv_freq[size_t(i)] = f;
-  }
+  const size_t half = size_t(std::max(1, params.n_rot / 2));
+  std::vector<float> inv_freq(half), cos_theta(half), sin_theta(half);
+  cpu::rope_inv_freq(params, inv_freq.data());
   for (int64_t t = 0; t < n; ++t) {
-    const float position = float(positions[t]) * params.freq_scale;
-    for (int i = 0; i < half; ++i) {
-      const float theta = position * inv_freq[size_t(i)];
-      const float cos_theta = std::cos(theta);
-      const float sin_theta = std::sin(theta);
-      for (int h = 0; h < n_heads; ++h) {
-        float* head = x + (t * n_heads + h) * head_dim;
-        const int a = params.neox ? i : 2 * i;
-        const int b = params.neox ? i + half : 2 * i + 1;
-        const float x0 = head[a];
-        const float x1 = head[b];
-        head[a] = x0 * cos_theta - x1 * sin_theta;
-        head[b] = x0 * sin_theta + x1 * cos_theta;
-      }
+    // The angles once per token, for all its heads.
+    cpu::rope_angles(float(positions[t]), params, inv_freq.data(), cos_theta.data(), sin_theta.data());
+    for (int h = 0; h < n_heads; ++h) {
+      cpu::rope_apply(x + (t * n_heads + h) * head_dim, params, cos_theta.data(), sin_theta.data());
     }
   }
 }
 
+void CpuBackend::hadamard(float* x, int64_t rows, int head_dim) {
+  if (head_dim <= 0 || (head_dim & (head_dim - 1)) != 0) {
+    fail("hadamard: head size {} is not a power of two", head_dim);
+  }
+  for (int64_t r = 0; r < rows; ++r) cpu::hadamard_head(x + r * head_dim, head_dim);
+}
+
 void CpuBackend::silu_mul(const float* gate, const float* up, int64_t count, float* out) {
-  cpu::gated_activation<cpu::GateKind::Silu>(gate, up, count, out);
+  kernels_->activations->silu_mul(gate, up, count, out);
 }
 
 void CpuBackend::add(float* x, const float* y, int64_t count) {
@@ -106,17 +99,43 @@ void CpuBackend::add(float* x, const float* y, int64_t count) {
 }
 
 void CpuBackend::kv_write(const KvLayerView& cache, const float* k, const float* v,
-                          const int64_t* slot_mapping, int64_t n, int64_t kv_width) {
-  for (int64_t t = 0; t < n; ++t) {
-    if (slot_mapping[t] < 0) continue;  // a padding token with no slot
-    std::memcpy(cache.k + slot_mapping[t] * kv_width, k + t * kv_width, size_t(kv_width) * sizeof(float));
-    std::memcpy(cache.v + slot_mapping[t] * kv_width, v + t * kv_width, size_t(kv_width) * sizeof(float));
+                          const int64_t* slot_mapping, int64_t n, int n_kv_head, int head_dim) {
+  // Each head of each token is one row of the cache's type (quant/'s reference quantizers: the
+  // values a scalar reference of attention expects, whatever the ISA).
+  const quant::WeightFormat& k_format = quant::require_format(cache.k_type);
+  const quant::WeightFormat& v_format = quant::require_format(cache.v_type);
+  const int64_t width = int64_t(n_kv_head) * head_dim;
+  auto rows = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      if (slot_mapping[t] < 0) continue;  // a padding token with no slot
+      uint8_t* k_dst = cache.k + slot_mapping[t] * cache.k_token_bytes;
+      uint8_t* v_dst = cache.v + slot_mapping[t] * cache.v_token_bytes;
+      for (int h = 0; h < n_kv_head; ++h) {
+        const float* k_src = k + t * width + int64_t(h) * head_dim;
+        const float* v_src = v + t * width + int64_t(h) * head_dim;
+        if (cache.k_type == DType::F32) {
+          std::memcpy(k_dst + h * cache.k_row_bytes, k_src, size_t(head_dim) * sizeof(float));
+        } else {
+          k_format.quantize_row(k_src, k_dst + h * cache.k_row_bytes, head_dim);
+        }
+        if (cache.v_type == DType::F32) {
+          std::memcpy(v_dst + h * cache.v_row_bytes, v_src, size_t(head_dim) * sizeof(float));
+        } else {
+          v_format.quantize_row(v_src, v_dst + h * cache.v_row_bytes, head_dim);
+        }
+      }
+    }
+  };
+  if (n * width >= 65536) {
+    pool_.parallel_for(n, rows);
+  } else {
+    rows(0, n);
   }
 }
 
 void CpuBackend::paged_attention(const PagedAttentionArgs& args, const float* q,
                                  const KvLayerView& cache, float* out) {
-  cpu::paged_attention(pool_, args, q, cache, out);
+  cpu::paged_attention(pool_, *kernels_->attention, args, q, cache, out);
 }
 
 }  // namespace kestrel

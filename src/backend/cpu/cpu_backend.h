@@ -35,7 +35,8 @@ class CpuBackend final : public Backend {
   void scale(float* x, float s, int64_t count) override;
   void softcap(float* x, float cap, int64_t count) override;
   void kv_write(const KvLayerView& cache, const float* k, const float* v,
-                const int64_t* slot_mapping, int64_t n, int64_t kv_width) override;
+                const int64_t* slot_mapping, int64_t n, int n_kv_head, int head_dim) override;
+  void hadamard(float* x, int64_t rows, int head_dim) override;
   void paged_attention(const PagedAttentionArgs& args, const float* q, const KvLayerView& cache,
                        float* out) override;
 

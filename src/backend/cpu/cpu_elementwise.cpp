@@ -4,12 +4,12 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/vec_math.h"
+#include "backend/cpu/attention_kernels.h"
 
 namespace kestrel {
 
 void CpuBackend::gelu_mul(const float* gate, const float* up, int64_t count, float* out) {
-  cpu::gated_activation<cpu::GateKind::GeluTanh>(gate, up, count, out);
+  kernels_->activations->gelu_mul(gate, up, count, out);
 }
 
 void CpuBackend::add_row(float* x, const float* row, int64_t n, int64_t width) {

@@ -10,7 +10,7 @@
 #include <functional>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/vec_math.h"
+#include "backend/cpu/attention_kernels.h"
 #include "core/error.h"
 #include "quant/format.h"
 
@@ -152,9 +152,9 @@ void CpuBackend::gated_ffn(const WeightView& gate, const WeightView& up, GatedAc
       float* g = out + t * rows + begin;
       const float* u = up_out + t * rows + begin;
       if (act == GatedActivation::GeluTanh) {
-        cpu::gated_activation<cpu::GateKind::GeluTanh>(g, u, end - begin, g);
+        kernels_->activations->gelu_mul(g, u, end - begin, g);
       } else {
-        cpu::gated_activation<cpu::GateKind::Silu>(g, u, end - begin, g);
+        kernels_->activations->silu_mul(g, u, end - begin, g);
       }
     }
   });

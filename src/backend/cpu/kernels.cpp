@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/cpu/attention_kernels.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels_isa.h"
 #include "core/error.h"
@@ -18,13 +19,18 @@ const FormatKernels* first_of(DType type) {
   return found;
 }
 
+constexpr KernelTable kScalarTable{Isa::Scalar, "scalar", scalar_format_kernels, &kScalarAttention,
+                                   &kScalarActivations};
+#if defined(__x86_64__)
 constexpr auto avx2_format_kernels = first_of<avx2_float_kernels, avx2_q8_0_kernels, avx2_q4_0_kernels, avx2_q8_kernels, avx2_kquant_kernels>;
 constexpr auto avx512_format_kernels =
     first_of<avx512_float_kernels, avx512_q8_kernels, avx512_kquant_kernels>;
 
-constexpr KernelTable kScalarTable{Isa::Scalar, "scalar", scalar_format_kernels};
-constexpr KernelTable kAvx2Table{Isa::Avx2, "avx2", avx2_format_kernels};
-constexpr KernelTable kAvx512Table{Isa::Avx512, "avx512", avx512_format_kernels};
+constexpr KernelTable kAvx2Table{Isa::Avx2, "avx2", avx2_format_kernels, &kAvx2Attention, &kAvx2Activations};
+// The activations stay on AVX2 code (a small share of a step).
+constexpr KernelTable kAvx512Table{Isa::Avx512, "avx512", avx512_format_kernels, &kAvx512Attention,
+                                   &kAvx2Activations};
+#endif
 
 bool supported(Isa isa) {
   switch (isa) {
@@ -57,12 +63,15 @@ const KernelTable* kernels_for(Isa isa) {
   switch (isa) {
     case Isa::Scalar:
       return &kScalarTable;
+#if defined(__x86_64__)
     case Isa::Avx2:
       return &kAvx2Table;
     case Isa::Avx512:
       return &kAvx512Table;
+#endif
+    default:
+      return nullptr;
   }
-  return nullptr;
 }
 
 Isa best_isa() {

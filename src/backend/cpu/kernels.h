@@ -2,7 +2,9 @@
 // dots a tile of weight rows with a batch of activation rows, and the converter that prepares
 // activation rows for it. Tables exist per ISA (scalar reference, AVX2, AVX-512); one is chosen at
 // run time from CPUID, or forced with KESTREL_ISA=scalar|avx2|avx512, so one binary runs on any
-// x86-64-v3 machine.
+// x86-64-v3 machine. Off x86 only the scalar table exists. Besides the matrix kernels, each table
+// carries its ISA's attention and activation kernels (attention_kernels.h), so KESTREL_ISA=scalar
+// runs no SIMD intrinsics at all.
 //
 // Activation rows: every table converts F32 activations to its own row layout once per matmul
 // call (FormatKernels::convert_activations), and only that table's matmul_tile reads the result.
@@ -48,12 +50,19 @@ struct FormatKernels {
 
 enum class Isa { Scalar, Avx2, Avx512 };
 
+struct AttentionKernels;
+struct ActivationKernels;
+
 struct KernelTable {
   Isa isa = Isa::Scalar;
   std::string_view name;
   // Kernels for a weight format, or nullptr when this ISA has none (the caller falls back to the
   // scalar table, which covers every format quant/ has a reference for).
   const FormatKernels* (*for_weights)(DType weight_type) = nullptr;
+  // Paged attention's inner loops and K/V decoders, and the gated-MLP activations
+  // (attention_kernels.h); every table has both.
+  const AttentionKernels* attention = nullptr;
+  const ActivationKernels* activations = nullptr;
 };
 
 // The table KESTREL_ISA names (read on every call), else the widest this CPU runs. Throws a

@@ -1,9 +1,10 @@
-// Vectorised float math for the CPU backend's element-wise ops (AVX2, the build's baseline ISA):
-// exp, attention's shifted exp with its sum, and the gated-MLP activations SiLU and GELU-tanh, 8
-// lanes at a time. Every element goes through the same 8-lane code, tails included (through a
-// padded copy), so an element's value never depends on its position in a row or on the batch:
-// what keeps batching exact (kernels.h).
-// Internal linkage, as in kernels_tile.h: only files compiled for the baseline ISA include it.
+// AVX2 float math for the AVX2 attention and activation kernels (attention_kernels_avx2.cpp, the
+// only includer): exp, attention's shifted exp with its sum, and the gated-MLP activations SiLU and
+// GELU-tanh, 8 lanes at a time. Every element goes through the same 8-lane code, tails included
+// (through a padded copy), so an element's value never depends on its position in a row or on the
+// batch: what keeps batching exact (kernels.h). The scalar table has its own plain loops
+// (attention_kernels_scalar.cpp), so KESTREL_ISA=scalar runs none of this.
+// Internal linkage, as in kernels_tile.h.
 #pragma once
 
 #include <immintrin.h>

@@ -29,18 +29,25 @@ struct RopeParams {
 };
 
 // K/V storage of one layer in the paged cache (core/kv_spec.h): K and V each
-// [num_blocks][block_size][n_kv_head] rows, a row being one head of one token in its type's row
-// layout (scales inside the row). slot = block_id * block_size + offset_in_block; the row of
-// (slot, head) starts at k + slot * k_token_bytes + head * k_row_bytes.
+// [num_blocks][n_kv_head][block_size] rows, a row being one head of one token in its type's row
+// layout (scales inside the row). One head's rows of a block are contiguous, so attention streams
+// each (block, head) as one run of memory. slot = block_id * block_size + offset_in_block.
 struct KvLayerView {
   DType k_type = DType::F32;
   DType v_type = DType::F32;
   uint8_t* k = nullptr;
   uint8_t* v = nullptr;
-  int64_t k_row_bytes = 0;    // one head of one token
+  int block_size = 16;
+  int n_kv_head = 0;
+  int64_t k_row_bytes = 0;  // one head of one token
   int64_t v_row_bytes = 0;
-  int64_t k_token_bytes = 0;  // every head of one token: the stride between slots
-  int64_t v_token_bytes = 0;
+
+  // Index of the row of (slot, head) counted in rows; rows of one head in a block are consecutive.
+  int64_t row_index(int64_t slot, int head) const {
+    return (slot / block_size * n_kv_head + head) * block_size + slot % block_size;
+  }
+  uint8_t* k_row(int64_t slot, int head) const { return k + row_index(slot, head) * k_row_bytes; }
+  uint8_t* v_row(int64_t slot, int head) const { return v + row_index(slot, head) * v_row_bytes; }
 };
 
 // Attention metadata for a flattened batch: token t belongs to sequence token_seq[t], sits at

@@ -77,8 +77,9 @@ KvCacheSpec make_kv_spec(const Model& model, const EngineConfig& config) {
 }
 
 std::string describe(const KvCapacity& k) {
-  std::string s = fmt::format("KV cache: {}, {} per token, {} tokens in {}", k.spec.describe(),
-                              human_bytes(double(k.bytes_per_token)), k.tokens, human_bytes(double(k.bytes)));
+  std::string s = fmt::format("KV cache: {}, {} per token, {} tokens ({} blocks of {}) in {}", k.spec.describe(),
+                              human_bytes(double(k.bytes_per_token)), k.tokens, k.tokens / k.spec.block_size,
+                              k.spec.block_size, human_bytes(double(k.bytes)));
   if (k.spec.rolling_window > 0) {
     s += fmt::format(", rolling window {} with {} attention sinks", k.spec.rolling_window, k.spec.sink_tokens);
   }

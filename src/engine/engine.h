@@ -62,8 +62,8 @@ struct KvCapacity {
   int64_t available_bytes = 0;  // memory available at start, when the budget came from it
   double fraction = 0.0;        // of that memory (kv_memory_fraction)
 };
-// "KV cache: f16, 18.00 KiB per token, 10912 tokens (682 blocks of 16) in 188.0 MiB [0.90 of
-// 21.3 GiB available less weights and scratch]".
+// "KV cache: f16, 18.00 KiB per token, 10912 tokens (682 blocks of 16) in 188.00 MiB (0.90 of
+// 21.30 GiB available, less weights and scratch)".
 std::string describe(const KvCapacity& capacity);
 
 // What one step produced for one request.

@@ -89,10 +89,10 @@ ModelRunner::ModelRunner(const Model& model, const RunnerConfig& config)
       view.v_type = spec.v_type;
       view.k = kv_memory_[kv_memory_.size() - 2].get();
       view.v = kv_memory_.back().get();
+      view.block_size = spec.block_size;
+      view.n_kv_head = int(spec.n_kv_head);
       view.k_row_bytes = spec.k_row_bytes();
       view.v_row_bytes = spec.v_row_bytes();
-      view.k_token_bytes = spec.n_kv_head * spec.k_row_bytes();
-      view.v_token_bytes = spec.n_kv_head * spec.v_row_bytes();
       kv_view_.layers.push_back(view);
     }
   } catch (const std::bad_alloc&) {

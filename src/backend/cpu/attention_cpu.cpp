@@ -45,15 +45,18 @@ struct Tile {
   int count = 0;
 };
 
-// Rows [lo, hi) of one block: positions block_start + ...
-struct BlockRange {
-  int32_t block_start, lo, hi;
-};
+// Chunks whose rows are asked for ahead of the one being computed.
+constexpr int kPrefetchChunks = 2;
+
+// Asks for `bytes` from p on into the cache, one line at a time.
+inline void prefetch(const uint8_t* p, int64_t bytes) {
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
+}
 
 // Per-thread buffers.
 struct Scratch {
-  std::vector<float> k, v;       // [block_size][head_dim] decoded rows of one block and KV head
-  std::vector<float> scores;     // [block_size]
+  std::vector<float> k, v;       // [kChunkTokens][head_dim] decoded rows of one chunk and KV head
+  std::vector<float> scores;     // [kChunkTokens]
   std::vector<float> sink_q;     // [kTileTokens * group][head_dim] queries for the sinks
   std::vector<float> angles;     // [2][n_rot / 2] cos and sin of a sink shift
 };
@@ -63,7 +66,7 @@ struct Job {
   const float* q;
   const KvLayerView& cache;
   const AttentionKernels& kernels;
-  KvDecodeFn decode_k, decode_v;  // null: F32, read in place
+  KvDecodeFn decode_k, decode_v;  // cache rows -> F32 rows
   int group;                      // query heads per KV head
   int64_t q_width;
   const float* inv_freq;          // [n_rot / 2] of sink_rope, when sinks > 0
@@ -126,8 +129,22 @@ struct Job {
     s.max = new_max;
   }
 
+  // Cache rows of positions [from, to) of the tile's sequence for `kv_head`, per block: fn(slot
+  // of `from`'s row in the block, first position, row count).
+  template <typename Fn>
+  void for_block_runs(const int32_t* table, int32_t from, int32_t to, Fn&& fn) const {
+    for (int32_t p = from; p < to;) {
+      const int32_t end = std::min(to, (p / a.block_size + 1) * a.block_size);
+      fn(int64_t(table[p / a.block_size]) * a.block_size + p % a.block_size, p, end - p);
+      p = end;
+    }
+  }
+
   // Attention of the tile's queries for KV head `kv_head` over partition j; results go to
-  // states[token_in_tile * group + head_in_group], which start empty.
+  // states[token_in_tile * group + head_in_group], which start empty. The visible positions are
+  // walked in chunks of kChunkTokens aligned to absolute positions: each chunk's K and V rows are
+  // decoded once into L1/L2 rows (from however many blocks hold them) and serve every query of
+  // the tile and every head of the group, in one run of keys each.
   void partition(const Tile& tile, int kv_head, int32_t j, Softmax* states, Scratch& scratch,
                  bool& sink_q_ready) const {
     const int hd = a.head_dim;
@@ -137,73 +154,57 @@ struct Job {
     // The positions some query of the tile sees here: its sinks (when they have moved) and the
     // union of the recent ranges.
     const int32_t recent = std::max(p_begin, first_visible(tile_first(tile)));
-    BlockRange blocks[2 * (kPartitionTokens + 1)];
-    int num_blocks = 0;
+    int32_t chunks[2 * (kPartitionTokens / kChunkTokens + 1)][2];
+    int num_chunks = 0;
     auto add = [&](int32_t from, int32_t to) {
-      for (int32_t b = from - from % a.block_size; b < to; b += a.block_size) {
-        const int32_t lo = std::max(b, from), hi = std::min(b + a.block_size, to);
-        if (num_blocks > 0 && blocks[num_blocks - 1].block_start == b) {
-          blocks[num_blocks - 1].hi = hi;  // the sinks' last block is also the window's first
-        } else {
-          blocks[num_blocks++] = {b, lo, hi};
-        }
+      for (int32_t c = from; c < to;) {
+        const int32_t end = std::min(to, (c / kChunkTokens + 1) * kChunkTokens);
+        chunks[num_chunks][0] = c;
+        chunks[num_chunks++][1] = end;
+        c = end;
       }
     };
     const bool moved_sinks = a.sinks > 0 && sink_shift(tile_last(tile)) > 0;
     if (moved_sinks && recent > a.sinks) add(p_begin, std::min(p_end, a.sinks));
     add(recent, p_end);
 
-    for (int bi = 0; bi < num_blocks; ++bi) {
-      const BlockRange& r = blocks[bi];
-      const int64_t slot = int64_t(table[r.block_start / a.block_size]) * a.block_size + (r.lo - r.block_start);
-      const uint8_t* k_row = cache.k + slot * cache.k_token_bytes + kv_head * cache.k_row_bytes;
-      const uint8_t* v_row = cache.v + slot * cache.v_token_bytes + kv_head * cache.v_row_bytes;
-      const int rows = r.hi - r.lo;
-      // F32 rows are read in place (stride: one slot); other types are decoded into L1 rows.
-      const float* k = reinterpret_cast<const float*>(k_row);
-      const float* v = reinterpret_cast<const float*>(v_row);
-      int64_t k_stride = cache.k_token_bytes / int64_t(sizeof(float));
-      int64_t v_stride = cache.v_token_bytes / int64_t(sizeof(float));
-      if (decode_k != nullptr) {
-        decode_k(k_row, cache.k_token_bytes, rows, hd, scratch.k.data());
-        k = scratch.k.data();
-        k_stride = hd;
-      }
-      if (decode_v != nullptr) {
-        decode_v(v_row, cache.v_token_bytes, rows, hd, scratch.v.data());
-        v = scratch.v.data();
-        v_stride = hd;
-      }
-      // One stride for both: the F32 in-place stride when both are F32, else both decoded.
-      if (k_stride != v_stride) {
-        // Mixed F32 and decoded types: copy the F32 side into its buffer too.
-        float* dst = decode_k == nullptr ? scratch.k.data() : scratch.v.data();
-        const float* src = decode_k == nullptr ? k : v;
-        const int64_t src_stride = decode_k == nullptr ? k_stride : v_stride;
-        for (int i = 0; i < rows; ++i) std::copy(src + i * src_stride, src + i * src_stride + hd, dst + int64_t(i) * hd);
-        (decode_k == nullptr ? k : v) = dst;
-        k_stride = v_stride = hd;
-      }
+    auto prefetch_chunk = [&](int ci) {
+      for_block_runs(table, chunks[ci][0], chunks[ci][1], [&](int64_t slot, int32_t, int32_t rows) {
+        prefetch(cache.k_row(slot, kv_head), rows * cache.k_row_bytes);
+        prefetch(cache.v_row(slot, kv_head), rows * cache.v_row_bytes);
+      });
+    };
+    for (int ci = 0; ci < std::min(num_chunks, kPrefetchChunks); ++ci) prefetch_chunk(ci);
+    for (int ci = 0; ci < num_chunks; ++ci) {
+      const int32_t lo = chunks[ci][0], hi = chunks[ci][1];
+      // The next chunk's rows come in while this one is computed (its blocks lie anywhere).
+      if (ci + kPrefetchChunks < num_chunks) prefetch_chunk(ci + kPrefetchChunks);
+      for_block_runs(table, lo, hi, [&](int64_t slot, int32_t first, int32_t rows) {
+        float* k_dst = scratch.k.data() + int64_t(first - lo) * hd;
+        float* v_dst = scratch.v.data() + int64_t(first - lo) * hd;
+        decode_k(cache.k_row(slot, kv_head), cache.k_row_bytes, rows, hd, k_dst);
+        decode_v(cache.v_row(slot, kv_head), cache.v_row_bytes, rows, hd, v_dst);
+      });
+      const float* k = scratch.k.data();
+      const float* v = scratch.v.data();
       for (int t = 0; t < tile.count; ++t) {
         const int64_t token = tile.first + t;
         const int32_t pos = a.positions[token];
-        const int32_t to = std::min(r.hi, pos + 1);  // causal
+        const int32_t to = std::min(hi, pos + 1);  // causal
         const int32_t shift = sink_shift(pos);
         const float* qt = q + token * q_width + int64_t(kv_head * group) * hd;
-        if (shift > 0 && r.lo < a.sinks && !sink_q_ready) {
+        if (shift > 0 && lo < a.sinks && !sink_q_ready) {
           make_sink_queries(tile, kv_head, scratch.sink_q.data(), scratch.angles.data());
           sink_q_ready = true;
         }
         for (int g = 0; g < group; ++g) {
           Softmax& s = states[t * group + g];
           if (shift == 0) {
-            segment(qt + int64_t(g) * hd, k, v, k_stride, r.lo, std::max(r.lo, first_visible(pos)), to, s,
-                    scratch.scores.data());
+            segment(qt + int64_t(g) * hd, k, v, hd, lo, std::max(lo, first_visible(pos)), to, s, scratch.scores.data());
           } else {
             const float* qs = scratch.sink_q.data() + (int64_t(t) * group + g) * hd;
-            segment(qs, k, v, k_stride, r.lo, r.lo, std::min(to, a.sinks), s, scratch.scores.data());
-            segment(qt + int64_t(g) * hd, k, v, k_stride, r.lo, std::max(r.lo, recent_first(pos)), to, s,
-                    scratch.scores.data());
+            segment(qs, k, v, hd, lo, lo, std::min(to, a.sinks), s, scratch.scores.data());
+            segment(qt + int64_t(g) * hd, k, v, hd, lo, std::max(lo, recent_first(pos)), to, s, scratch.scores.data());
           }
         }
       }
@@ -237,7 +238,6 @@ void paged_attention(ThreadPool& pool, const AttentionKernels& kernels, const Pa
     fail("internal: attention sinks need a window larger than the sinks and the layer's RoPE");
   }
   auto decoder = [&](DType type) -> KvDecodeFn {
-    if (type == DType::F32) return nullptr;
     const KvDecodeFn fn = kernels.decoder(type);
     if (fn == nullptr) fail("attention: no decoder for KV cache type {}", dtype_name(type));
     return fn;
@@ -291,9 +291,9 @@ void paged_attention(ThreadPool& pool, const AttentionKernels& kernels, const Pa
     std::vector<float> acc_partial(size_t(states_per_item) * size_t(hd));
     std::vector<Softmax> result(static_cast<size_t>(states_per_item)), partial(static_cast<size_t>(states_per_item));
     Scratch scratch;
-    scratch.k.resize(size_t(a.block_size) * size_t(hd));
-    scratch.v.resize(size_t(a.block_size) * size_t(hd));
-    scratch.scores.resize(size_t(a.block_size));
+    scratch.k.resize(size_t(kChunkTokens) * size_t(hd));
+    scratch.v.resize(size_t(kChunkTokens) * size_t(hd));
+    scratch.scores.resize(size_t(kChunkTokens));
     if (a.sinks > 0) {
       scratch.sink_q.resize(size_t(states_per_item) * size_t(hd));
       scratch.angles.resize(2 * inv_freq.size());

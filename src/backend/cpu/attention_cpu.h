@@ -1,8 +1,8 @@
-// Paged attention on the CPU, FlashAttention style: K/V are streamed block by block from the
+// Paged attention on the CPU, FlashAttention style: K/V are streamed chunk by chunk from the
 // paged cache with an online softmax, so no score matrix is ever materialised. K and V are read
-// in the cache's types (core/kv_spec.h): each block's rows for one KV head are decoded into an L1
-// buffer that serves every query of the tile and every query head of the GQA group (F32 rows are
-// read in place); never a whole-cache F32 copy.
+// in the cache's types (core/kv_spec.h): each chunk of kChunkTokens positions (from however many
+// blocks hold them) is decoded, for one KV head, into an L1/L2 buffer that serves every query of
+// the tile and every query head of the GQA group; never a whole-cache F32 copy.
 //
 // Work is cut into items of (query tile, KV head, context partition):
 // - a query tile is up to kTileTokens consecutive tokens of one sequence (a prefill chunk), so
@@ -30,6 +30,7 @@ struct AttentionKernels;
 
 inline constexpr int kTileTokens = 8;
 inline constexpr int kPartitionTokens = 512;
+inline constexpr int kChunkTokens = 64;  // keys decoded and scored together (divides kPartitionTokens)
 
 void paged_attention(ThreadPool& pool, const AttentionKernels& kernels, const PagedAttentionArgs& args,
                      const float* q, const KvLayerView& cache, float* out);

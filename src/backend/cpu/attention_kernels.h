@@ -33,7 +33,7 @@ struct AttentionKernels {
   // acc[0, hd) = acc * correction + sum_i w[i] * v_i, v_i = v + i * stride floats, in key order.
   void (*block_accumulate)(float* acc, float correction, const float* w, const float* v, int64_t stride,
                            int count, int hd);
-  // The decoder of a KV type; null for F32 (read in place) or a type that is not a KV type.
+  // The decoder of a KV type (F32: a copy); null for a type that is not a KV type.
   KvDecodeFn (*decoder)(DType type);
 };
 

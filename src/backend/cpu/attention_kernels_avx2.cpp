@@ -188,8 +188,14 @@ void decode_q4_0(const uint8_t* src, int64_t src_stride, int count, int hd, floa
   }
 }
 
+// F32 rows are copied as they are.
+void decode_f32(const uint8_t* src, int64_t src_stride, int count, int hd, float* dst) {
+  for (int r = 0; r < count; ++r) std::memcpy(dst + int64_t(r) * hd, src + r * src_stride, size_t(hd) * sizeof(float));
+}
+
 KvDecodeFn decoder(DType type) {
   switch (type) {
+    case DType::F32: return decode_f32;
     case DType::F16: return decode_f16;
     case DType::BF16: return decode_bf16;
     case DType::FP8_E4M3_PC: return decode_fp8;

@@ -2,6 +2,10 @@
 // score's 16 lanes are folded to 8 and then summed as the AVX2 kernels do (hsum_tree), which keeps
 // the 8-keys-at-a-time path and the one-key path the same arithmetic. The activations use the
 // AVX2 kernels (kernels.cpp): they are a small share of a step.
+// GCC 12 reports its own _mm512_undefined_* helpers as uninitialised once inlined.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -44,14 +48,24 @@ inline float dot(const float* q, const float* k, int hd) {
 float block_scores(const float* q, const float* k, int64_t stride, int count, int hd, float scale,
                    float* scores) {
   int i = 0;
+  // Whole 16-lane steps when the head size allows (no masks); the same arithmetic as the masked
+  // loop, whose last step adds zeros.
+  const bool whole = hd % 16 == 0;
   for (; i + 8 <= count; i += 8) {
     const float* ki = k + i * stride;
     __m512 acc[8];
     for (int j = 0; j < 8; ++j) acc[j] = _mm512_setzero_ps();
-    for (int d = 0; d < hd; d += 16) {
-      const __mmask16 m = lanes(hd - d);
-      const __m512 qv = _mm512_maskz_loadu_ps(m, q + d);
-      for (int j = 0; j < 8; ++j) acc[j] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, ki + j * stride + d), acc[j]);
+    if (whole) {
+      for (int d = 0; d < hd; d += 16) {
+        const __m512 qv = _mm512_loadu_ps(q + d);
+        for (int j = 0; j < 8; ++j) acc[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(ki + j * stride + d), acc[j]);
+      }
+    } else {
+      for (int d = 0; d < hd; d += 16) {
+        const __mmask16 m = lanes(hd - d);
+        const __m512 qv = _mm512_maskz_loadu_ps(m, q + d);
+        for (int j = 0; j < 8; ++j) acc[j] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, ki + j * stride + d), acc[j]);
+      }
     }
     const __m256 sums = _mm256_set_m128(reduce4(fold(acc[4]), fold(acc[5]), fold(acc[6]), fold(acc[7])),
                                         reduce4(fold(acc[0]), fold(acc[1]), fold(acc[2]), fold(acc[3])));
@@ -59,7 +73,9 @@ float block_scores(const float* q, const float* k, int64_t stride, int count, in
   }
   for (; i < count; ++i) scores[i] = dot(q, k + i * stride, hd) * scale;
   __m512 max16 = _mm512_set1_ps(-INFINITY);
-  for (int j = 0; j < count; j += 16) max16 = _mm512_max_ps(max16, _mm512_mask_loadu_ps(max16, lanes(count - j), scores + j));
+  int j = 0;
+  for (; j + 16 <= count; j += 16) max16 = _mm512_max_ps(max16, _mm512_loadu_ps(scores + j));
+  if (j < count) max16 = _mm512_max_ps(max16, _mm512_mask_loadu_ps(max16, lanes(count - j), scores + j));
   return _mm512_reduce_max_ps(max16);
 }
 
@@ -85,7 +101,13 @@ inline __m512 exp16(__m512 x) {
 float exp_shifted_sum(float* x, float shift, int count) {
   const __m512 s = _mm512_set1_ps(shift);
   __m512 sum = _mm512_setzero_ps();
-  for (int i = 0; i < count; i += 16) {
+  int i = 0;
+  for (; i + 16 <= count; i += 16) {
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), s));
+    _mm512_storeu_ps(x + i, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  if (i < count) {
     const __mmask16 m = lanes(count - i);
     const __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s)));
     _mm512_mask_storeu_ps(x + i, m, e);
@@ -98,20 +120,30 @@ void block_accumulate(float* acc, float correction, const float* w, const float*
                       int hd) {
   const __m512 c = _mm512_set1_ps(correction);
   const bool rescale = correction != 1.0f;
-  // 128 elements of acc (8 registers) at a time across the keys.
+  // 128 elements of acc (8 registers) at a time across the keys; unmasked when whole.
   for (int d0 = 0; d0 < hd; d0 += 128) {
     const int steps = std::min(8, (hd - d0 + 15) / 16);
     __m512 a[8];
     __mmask16 m[8];
+    bool whole = true;
     for (int j = 0; j < steps; ++j) {
       m[j] = lanes(hd - d0 - 16 * j);
+      whole = whole && m[j] == 0xffff;
       a[j] = _mm512_maskz_loadu_ps(m[j], acc + d0 + 16 * j);
       if (rescale) a[j] = _mm512_mul_ps(a[j], c);
     }
-    for (int i = 0; i < count; ++i) {
-      const __m512 wi = _mm512_set1_ps(w[i]);
-      const float* vi = v + i * stride + d0;
-      for (int j = 0; j < steps; ++j) a[j] = _mm512_fmadd_ps(wi, _mm512_maskz_loadu_ps(m[j], vi + 16 * j), a[j]);
+    if (whole) {
+      for (int i = 0; i < count; ++i) {
+        const __m512 wi = _mm512_set1_ps(w[i]);
+        const float* vi = v + i * stride + d0;
+        for (int j = 0; j < steps; ++j) a[j] = _mm512_fmadd_ps(wi, _mm512_loadu_ps(vi + 16 * j), a[j]);
+      }
+    } else {
+      for (int i = 0; i < count; ++i) {
+        const __m512 wi = _mm512_set1_ps(w[i]);
+        const float* vi = v + i * stride + d0;
+        for (int j = 0; j < steps; ++j) a[j] = _mm512_fmadd_ps(wi, _mm512_maskz_loadu_ps(m[j], vi + 16 * j), a[j]);
+      }
     }
     for (int j = 0; j < steps; ++j) _mm512_mask_storeu_ps(acc + d0 + 16 * j, m[j], a[j]);
   }
@@ -192,8 +224,14 @@ void decode_q4_0(const uint8_t* src, int64_t src_stride, int count, int hd, floa
   }
 }
 
+// F32 rows are copied as they are.
+void decode_f32(const uint8_t* src, int64_t src_stride, int count, int hd, float* dst) {
+  for (int r = 0; r < count; ++r) std::memcpy(dst + int64_t(r) * hd, src + r * src_stride, size_t(hd) * sizeof(float));
+}
+
 KvDecodeFn decoder(DType type) {
   switch (type) {
+    case DType::F32: return decode_f32;
     case DType::F16: return decode_f16;
     case DType::BF16: return decode_bf16;
     case DType::FP8_E4M3_PC: return decode_fp8;

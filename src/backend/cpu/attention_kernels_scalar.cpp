@@ -1,6 +1,7 @@
 // The portable attention and activation kernels: plain loops, the reference the SIMD tables are
 // checked against and what runs where no SIMD table does (KESTREL_ISA=scalar, non-x86 builds).
 #include <cmath>
+#include <cstring>
 
 #include "backend/cpu/attention_kernels.h"
 #include "quant/format.h"
@@ -57,8 +58,14 @@ void decode_rows(const uint8_t* src, int64_t src_stride, int count, int head_dim
   for (int i = 0; i < count; ++i) format.dequantize_row(src + i * src_stride, dst + int64_t(i) * head_dim, head_dim);
 }
 
+// F32 rows are copied as they are.
+void decode_f32(const uint8_t* src, int64_t src_stride, int count, int hd, float* dst) {
+  for (int r = 0; r < count; ++r) std::memcpy(dst + int64_t(r) * hd, src + r * src_stride, size_t(hd) * sizeof(float));
+}
+
 KvDecodeFn decoder(DType type) {
   switch (type) {
+    case DType::F32: return decode_f32;
     case DType::F16: return decode_rows<DType::F16>;
     case DType::BF16: return decode_rows<DType::BF16>;
     case DType::FP8_E4M3_PC: return decode_rows<DType::FP8_E4M3_PC>;

@@ -105,23 +105,24 @@ void CpuBackend::kv_write(const KvLayerView& cache, const float* k, const float*
   const quant::WeightFormat& k_format = quant::require_format(cache.k_type);
   const quant::WeightFormat& v_format = quant::require_format(cache.v_type);
   const int64_t width = int64_t(n_kv_head) * head_dim;
+  if (n_kv_head != cache.n_kv_head) fail("internal: kv_write of {} KV heads into a cache of {}", n_kv_head, cache.n_kv_head);
   auto rows = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       if (slot_mapping[t] < 0) continue;  // a padding token with no slot
-      uint8_t* k_dst = cache.k + slot_mapping[t] * cache.k_token_bytes;
-      uint8_t* v_dst = cache.v + slot_mapping[t] * cache.v_token_bytes;
       for (int h = 0; h < n_kv_head; ++h) {
         const float* k_src = k + t * width + int64_t(h) * head_dim;
         const float* v_src = v + t * width + int64_t(h) * head_dim;
+        uint8_t* k_dst = cache.k_row(slot_mapping[t], h);
+        uint8_t* v_dst = cache.v_row(slot_mapping[t], h);
         if (cache.k_type == DType::F32) {
-          std::memcpy(k_dst + h * cache.k_row_bytes, k_src, size_t(head_dim) * sizeof(float));
+          std::memcpy(k_dst, k_src, size_t(head_dim) * sizeof(float));
         } else {
-          k_format.quantize_row(k_src, k_dst + h * cache.k_row_bytes, head_dim);
+          k_format.quantize_row(k_src, k_dst, head_dim);
         }
         if (cache.v_type == DType::F32) {
-          std::memcpy(v_dst + h * cache.v_row_bytes, v_src, size_t(head_dim) * sizeof(float));
+          std::memcpy(v_dst, v_src, size_t(head_dim) * sizeof(float));
         } else {
-          v_format.quantize_row(v_src, v_dst + h * cache.v_row_bytes, head_dim);
+          v_format.quantize_row(v_src, v_dst, head_dim);
         }
       }
     }

@@ -82,13 +82,13 @@ ModelRunner::ModelRunner(const Model& model, const RunnerConfig& config)
     for (int64_t il = 0; il < c.n_layer; ++il) {
       const int64_t blocks = config.group_blocks[size_t(layout.layer_group[size_t(il)])];
       // Never touched here: pages are only faulted in as blocks are first written.
-      kv_memory_.emplace_back(new uint8_t[size_t(blocks * k_layer_block)]);
-      kv_memory_.emplace_back(new uint8_t[size_t(blocks * v_layer_block)]);
+      kv_memory_.emplace_back(size_t(blocks * k_layer_block));
+      kv_memory_.emplace_back(size_t(blocks * v_layer_block));
       KvLayerView view;
       view.k_type = spec.k_type;
       view.v_type = spec.v_type;
-      view.k = kv_memory_[kv_memory_.size() - 2].get();
-      view.v = kv_memory_.back().get();
+      view.k = kv_memory_[kv_memory_.size() - 2].data();
+      view.v = kv_memory_.back().data();
       view.block_size = spec.block_size;
       view.n_kv_head = int(spec.n_kv_head);
       view.k_row_bytes = spec.k_row_bytes();

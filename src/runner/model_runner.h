@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/large_buffer.h"
 #include "kv/block_pool.h"
 #include "model/forward_batch.h"
 #include "model/model.h"
@@ -66,7 +67,7 @@ class ModelRunner {
   const Model& model_;
   RunnerConfig config_;
   std::unique_ptr<Backend> backend_;
-  std::vector<std::unique_ptr<uint8_t[]>> kv_memory_;  // K and V of each layer
+  std::vector<LargeBuffer> kv_memory_;  // K and V of each layer
   KvCacheView kv_view_;
   ForwardScratch scratch_;
   std::vector<float> logits_;

@@ -6,7 +6,8 @@
 //
 //   build/release/bench/attention_bench --benchmark_filter='f16/avx512/threads:2'
 //   ATTENTION_DEPTH=4096 build/release/bench/attention_bench
-// Names: decode/<kv type>/<isa>/threads:<t>.
+// Names: decode/<kv type>/<isa>/threads:<t> (the sequence's blocks in order, as a fresh pool hands
+// them out), decode_shuffled/... (blocks anywhere, as after a server's churn).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -41,7 +42,7 @@ std::unique_ptr<Backend> backend_for(cpu::Isa isa, int threads) {
   return backend;
 }
 
-void run_decode(benchmark::State& state, DType type, cpu::Isa isa, int threads) {
+void run_decode(benchmark::State& state, DType type, cpu::Isa isa, int threads, bool shuffled) {
   const int64_t positions = depth();
   const int64_t blocks = (positions + kBlock) / kBlock;
   KvCacheSpec spec;
@@ -56,7 +57,8 @@ void run_decode(benchmark::State& state, DType type, cpu::Isa isa, int threads) 
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   for (int64_t b = 0; b < blocks; ++b) table[size_t(b)] = int32_t(b);
-  std::shuffle(table.begin(), table.end(), rng);
+  // Blocks in order, as a fresh pool hands them to one long sequence, or shuffled, as after churn.
+  if (shuffled) std::shuffle(table.begin(), table.end(), rng);
   std::vector<LargeBuffer> k_mem(kLayers), v_mem(kLayers);
   std::vector<KvLayerView> layers;
   const int64_t chunk = 256;
@@ -69,7 +71,7 @@ void run_decode(benchmark::State& state, DType type, cpu::Isa isa, int threads) 
     view.k_type = view.v_type = type;
     view.k = k_mem[size_t(l)].data();
     view.v = v_mem[size_t(l)].data();
-    view.block_size = kBlock;
+    view.num_slots = blocks * kBlock;
     view.n_kv_head = kKvHeads;
     view.k_row_bytes = spec.k_row_bytes();
     view.v_row_bytes = spec.v_row_bytes();
@@ -117,11 +119,15 @@ void register_all() {
     for (cpu::Isa isa : {cpu::Isa::Scalar, cpu::Isa::Avx2, cpu::Isa::Avx512}) {
       if (cpu::kernels_for(isa) == nullptr) continue;
       for (int threads : {1, 2}) {
-        const std::string name = "decode/" + std::string(kv_type_name(type)) + "/" + std::string(cpu::isa_name(isa)) +
-                                 "/threads:" + std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { run_decode(s, type, isa, threads); })
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
+        for (bool shuffled : {false, true}) {
+          const std::string name = std::string(shuffled ? "decode_shuffled/" : "decode/") +
+                                   std::string(kv_type_name(type)) + "/" + std::string(cpu::isa_name(isa)) +
+                                   "/threads:" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(),
+                                       [=](benchmark::State& s) { run_decode(s, type, isa, threads, shuffled); })
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
+        }
       }
     }
   }

@@ -3,8 +3,8 @@
 
 For each KV type and depth D: decode speed (tg, --tg tokens generated after D tokens of context,
 llama-bench -d D) and optionally prompt speed at that depth. Kestrel runs `kestrel bench --kv-type T
---depth D --json`, llama.cpp `llama-bench -fa 1 -ctk T -ctv T -d D -o json` (its KV types: f32,
-f16, bf16, q8_0, q4_0; fp8 and rotated q4_0 are Kestrel's only). The engines alternate (the order
+--depth D --json`, llama.cpp `llama-bench -fa 1 -ctk T -ctv T -d D -o json` (llama-bench's KV
+types: f16, bf16, q8_0, q4_0; f32, fp8 and rotated q4_0 are Kestrel's only). The engines alternate (the order
 flips every pair) and the ratio reported is the median of the pairwise ratios, since this shared
 machine drifts by +-20% within an hour. Speed-ups between types are taken within Kestrel from the
 same pairs.
@@ -35,7 +35,7 @@ def kestrel_tg(args, kv_type, depth):
 
 
 def llama_tg(args, kv_type, depth):
-    if kv_type not in ("f32", "f16", "bf16", "q8_0", "q4_0") or not args.llama_bench:
+    if kv_type not in ("f16", "bf16", "q8_0", "q4_0") or not args.llama_bench:  # llama-bench has no f32 K/V
         return None
     cmd = [args.llama_bench, "-m", args.model, "-t", str(args.threads), "-fa", "1", "-ctk", kv_type, "-ctv", kv_type,
            "-d", str(depth), "-p", "0", "-n", str(args.tg), "-r", "1", "-o", "json"]

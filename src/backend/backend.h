@@ -29,25 +29,22 @@ struct RopeParams {
 };
 
 // K/V storage of one layer in the paged cache (core/kv_spec.h): K and V each
-// [num_blocks][n_kv_head][block_size] rows, a row being one head of one token in its type's row
-// layout (scales inside the row). One head's rows of a block are contiguous, so attention streams
-// each (block, head) as one run of memory. slot = block_id * block_size + offset_in_block.
+// [n_kv_head][num_slots] rows (num_slots = num_blocks * block_size), a row being one head of one
+// token in its type's row layout (scales inside the row). One head's rows of a block are
+// contiguous, and so are those of consecutive blocks, so attention streams a sequence's keys of
+// one head as long runs of memory. slot = block_id * block_size + offset_in_block.
 struct KvLayerView {
   DType k_type = DType::F32;
   DType v_type = DType::F32;
   uint8_t* k = nullptr;
   uint8_t* v = nullptr;
-  int block_size = 16;
+  int64_t num_slots = 0;    // rows per head: the pool's blocks x block size
   int n_kv_head = 0;
   int64_t k_row_bytes = 0;  // one head of one token
   int64_t v_row_bytes = 0;
 
-  // Index of the row of (slot, head) counted in rows; rows of one head in a block are consecutive.
-  int64_t row_index(int64_t slot, int head) const {
-    return (slot / block_size * n_kv_head + head) * block_size + slot % block_size;
-  }
-  uint8_t* k_row(int64_t slot, int head) const { return k + row_index(slot, head) * k_row_bytes; }
-  uint8_t* v_row(int64_t slot, int head) const { return v + row_index(slot, head) * v_row_bytes; }
+  uint8_t* k_row(int64_t slot, int head) const { return k + (head * num_slots + slot) * k_row_bytes; }
+  uint8_t* v_row(int64_t slot, int head) const { return v + (head * num_slots + slot) * v_row_bytes; }
 };
 
 // Attention metadata for a flattened batch: token t belongs to sequence token_seq[t], sits at

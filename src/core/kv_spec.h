@@ -3,7 +3,7 @@
 // byte count of the cache comes from here: the runner's allocation, the engine's budget split, the
 // CLI's memory plan and the server's metrics.
 //
-// Layout of one layer's cache (K and V each): [num_blocks][n_kv_head][block_size] rows, a row being
+// Layout of one layer's cache (K and V each): [n_kv_head][num_blocks * block_size] rows, a row being
 // one head of one token in the type's row layout (core/dtype.h): head_dim values, with the type's
 // scales inside the row (FP8: an F32 scale per token and head; Q8_0/Q4_0: an F16 scale per 32
 // values). Scales travel with their row, so paging, prefix caching, block freeing and sharing work

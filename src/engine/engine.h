@@ -8,6 +8,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/engine_config.h"
+#include "engine/kv_capacity.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
 #include "runner/model_runner.h"
@@ -15,32 +17,6 @@
 #include "sched/scheduler.h"
 
 namespace kestrel {
-
-struct EngineConfig {
-  int num_threads = 2;
-  int block_size = 16;
-  int64_t num_kv_blocks = 0;                 // per full-attention group; 0: what kv_memory_bytes holds
-  // KV memory; 0: kv_memory_fraction of the memory available at start, less the weights and the
-  // activation scratch, and no more than max_num_seqs full contexts need.
-  int64_t kv_memory_bytes = int64_t(256) << 20;
-  double kv_memory_fraction = 0.9;
-  // K and V element types (core/kv_spec.h) and the Hadamard rotation of K and Q.
-  DType kv_type_k = DType::F16;
-  DType kv_type_v = DType::F16;
-  bool kv_rotate = false;
-  // Streaming (StreamingLLM) when >= 0: full-attention layers see the first attention_sinks
-  // tokens plus the most recent ones, max_model_len in all, and a sequence may run past
-  // max_model_len with bounded memory. -1: off (a sequence ends at max_model_len).
-  int attention_sinks = -1;
-  int64_t max_model_len = 0;                 // 0: the model's training context
-  int max_num_seqs = 64;
-  int64_t max_num_batched_tokens = 2048;
-  SchedulingPolicy policy = SchedulingPolicy::Continuous;
-  bool enable_prefix_caching = true;
-  // Sliding-window layers free the KV blocks that fall out of their window (off only to check
-  // that freeing changes nothing).
-  bool free_out_of_window_blocks = true;
-};
 
 struct RequestSpec {
   RequestId id = 0;  // 0: the engine assigns one
@@ -51,20 +27,6 @@ struct RequestSpec {
   bool ignore_eos = false;
   RequestId prefix_source = 0;  // a sibling with the same prompt (n > 1): share its prompt blocks
 };
-
-// The KV cache as sized at start (for the start-up line, `kestrel info` and /metrics).
-struct KvCapacity {
-  KvCacheSpec spec;
-  int64_t bytes = 0;            // the whole cache
-  int64_t bytes_per_token = 0;  // K and V of one token over every layer
-  int64_t tokens = 0;           // positions the cache holds across all sequences (full-attention group)
-  int64_t budget_bytes = 0;     // the budget it was sized from (0 with an explicit block count)
-  int64_t available_bytes = 0;  // memory available at start, when the budget came from it
-  double fraction = 0.0;        // of that memory (kv_memory_fraction)
-};
-// "KV cache: f16, 18.00 KiB per token, 10912 tokens (682 blocks of 16) in 188.00 MiB (0.90 of
-// 21.30 GiB available, less weights and scratch)".
-std::string describe(const KvCapacity& capacity);
 
 // What one step produced for one request.
 struct RequestOutput {
@@ -121,14 +83,5 @@ class LLMEngine {
   RequestId next_id_ = 1;
   StepStats last_step_;
 };
-
-// The KV cache description for the config: its types, rotation, block size, rolling window.
-KvCacheSpec make_kv_spec(const Model& model, const EngineConfig& config);
-// KV blocks per KV-cache group (Model::kv_layout) for the config: num_kv_blocks for every
-// full-attention group if set, else what the KV budget holds (kv_memory_bytes, or a fraction of
-// the machine's available memory); sliding-window groups get no more than their windows can ever
-// use. `capacity`, if given, receives the figures.
-std::vector<int64_t> resolve_kv_group_blocks(const Model& model, const EngineConfig& config,
-                                             KvCapacity* capacity = nullptr);
 
 }  // namespace kestrel

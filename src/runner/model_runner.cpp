@@ -89,7 +89,7 @@ ModelRunner::ModelRunner(const Model& model, const RunnerConfig& config)
       view.v_type = spec.v_type;
       view.k = kv_memory_[kv_memory_.size() - 2].data();
       view.v = kv_memory_.back().data();
-      view.block_size = spec.block_size;
+      view.num_slots = blocks * spec.block_size;
       view.n_kv_head = int(spec.n_kv_head);
       view.k_row_bytes = spec.k_row_bytes();
       view.v_row_bytes = spec.v_row_bytes();

@@ -278,6 +278,15 @@ TEST(KvTypeEngineErrors, TypesTheHeadSizeCannotUseFailAtLoad) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("must be fewer than the window"), std::string::npos) << e.what();
   }
+  // Sinks with a KV budget too small for one window.
+  c.attention_sinks = 4;
+  c.num_kv_blocks = 10;
+  try {
+    LLMEngine engine(*model, c, -1);
+    FAIL() << "a pool smaller than one streaming window must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("one streaming sequence needs"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

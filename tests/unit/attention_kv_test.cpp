@@ -86,7 +86,7 @@ struct Scenario {
     v.v = v_cache.data();
     v.k_row_bytes = dtype_row_bytes(shape.k_type, shape.head_dim);
     v.v_row_bytes = dtype_row_bytes(shape.v_type, shape.head_dim);
-    v.block_size = shape.block_size;
+    v.num_slots = int64_t(k_cache.size()) / (shape.n_kv_head * v.k_row_bytes);
     v.n_kv_head = shape.n_kv_head;
     return v;
   }
@@ -112,9 +112,10 @@ Scenario make_scenario(Backend& backend, std::mt19937& rng, const Shape& shape) 
   }
   // Unwritten slots hold all-ones bytes: NaN in every type (an F16/BF16 NaN, a NaN scale), so
   // reading one poisons the output.
-  KvLayerView layout = s.view();
-  s.k_cache.assign(size_t(num_blocks) * size_t(bs) * size_t(shape.n_kv_head * layout.k_row_bytes), 0xff);
-  s.v_cache.assign(size_t(num_blocks) * size_t(bs) * size_t(shape.n_kv_head * layout.v_row_bytes), 0xff);
+  const int64_t k_row_bytes = dtype_row_bytes(shape.k_type, hd), v_row_bytes = dtype_row_bytes(shape.v_type, hd);
+  s.k_cache.assign(size_t(num_blocks) * size_t(bs) * size_t(shape.n_kv_head * k_row_bytes), 0xff);
+  s.v_cache.assign(size_t(num_blocks) * size_t(bs) * size_t(shape.n_kv_head * v_row_bytes), 0xff);
+  const KvLayerView layout = s.view();
   std::vector<uint8_t> expected_k = s.k_cache, expected_v = s.v_cache;
   const quant::WeightFormat& kf = quant::require_format(shape.k_type);
   const quant::WeightFormat& vf = quant::require_format(shape.v_type);
@@ -131,8 +132,8 @@ Scenario make_scenario(Backend& backend, std::mt19937& rng, const Shape& shape) 
       const int64_t slot = int64_t(s.block_tables[seq * size_t(max_blocks) + size_t(p / bs)]) * bs + p % bs;
       for (int h = 0; h < shape.n_kv_head; ++h) {
         const size_t off = size_t(p) * size_t(s.kv_width) + size_t(h) * size_t(hd);
-        // The layout [block][head][offset]: one head's rows of a block are consecutive.
-        const int64_t row = (slot / bs * shape.n_kv_head + h) * bs + slot % bs;
+        // The layout [head][slot]: each head's rows in slot order.
+        const int64_t row = h * int64_t(num_blocks) * bs + slot;
         uint8_t* kd = expected_k.data() + row * layout.k_row_bytes;
         uint8_t* vd = expected_v.data() + row * layout.v_row_bytes;
         kf.quantize_row(k.data() + off, kd, hd);

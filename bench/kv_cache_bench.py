@@ -35,7 +35,7 @@ def kestrel_tg(args, kv_type, depth):
 
 
 def llama_tg(args, kv_type, depth):
-    if kv_type not in ("f16", "bf16", "q8_0", "q4_0") or not args.llama_bench:  # llama-bench has no f32 K/V
+    if kv_type not in args.llama_types or not args.llama_bench:
         return None
     cmd = [args.llama_bench, "-m", args.model, "-t", str(args.threads), "-fa", "1", "-ctk", kv_type, "-ctv", kv_type,
            "-d", str(depth), "-p", "0", "-n", str(args.tg), "-r", "1", "-o", "json"]
@@ -50,6 +50,8 @@ def main():
     ap.add_argument("--llama-bench", default="", help="llama-bench binary (omit: Kestrel only)")
     ap.add_argument("--types", nargs="+", default=["f32", "f16", "bf16", "fp8", "q8_0", "q4_0", "q4_0r"])
     ap.add_argument("--depths", type=int, nargs="+", default=[1024, 4096, 16384])
+    ap.add_argument("--llama-types", nargs="+", default=["f16", "bf16", "q8_0", "q4_0"],
+                    help="types run on llama.cpp too (llama-bench has no f32 K/V)")
     ap.add_argument("--tg", type=int, default=32)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=1, help="alternating pairs per (type, depth)")

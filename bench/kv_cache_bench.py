@@ -39,7 +39,11 @@ def llama_tg(args, kv_type, depth):
         return None
     cmd = [args.llama_bench, "-m", args.model, "-t", str(args.threads), "-fa", "1", "-ctk", kv_type, "-ctv", kv_type,
            "-d", str(depth), "-p", "0", "-n", str(args.tg), "-r", "1", "-o", "json"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    try:
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=args.llama_timeout).stdout
+    except subprocess.TimeoutExpired:
+        print(f"llama-bench {kv_type} d{depth}: no result within {args.llama_timeout} s", file=sys.stderr)
+        return None
     return json.loads(out)[0]["avg_ts"]
 
 
@@ -52,6 +56,7 @@ def main():
     ap.add_argument("--depths", type=int, nargs="+", default=[1024, 4096, 16384])
     ap.add_argument("--llama-types", nargs="+", default=["f16", "bf16", "q8_0", "q4_0"],
                     help="types run on llama.cpp too (llama-bench has no f32 K/V)")
+    ap.add_argument("--llama-timeout", type=float, default=None, help="seconds one llama-bench run may take")
     ap.add_argument("--tg", type=int, default=32)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=1, help="alternating pairs per (type, depth)")

@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/kv_capacity.h"
 #include "kv_options.h"
 #include "server_options.h"
 #include "sampling_options.h"
@@ -43,8 +44,9 @@ void run(const RunOptions& o) {
   // One sequence: the pool needs exactly the blocks of one full context (streaming: of the
   // window, plus the chunk in flight and the sinks' blocks).
   const int64_t bs = config.block_size;
-  config.num_kv_blocks = (config.max_model_len + bs - 1) / bs +
-                         (o.kv.streaming() ? (config.max_num_batched_tokens + bs - 1) / bs + 2 : 0);
+  config.num_kv_blocks = o.kv.streaming() ? streaming_sequence_blocks(int(config.max_model_len), o.kv.sinks, int(bs),
+                                                                     config.max_num_batched_tokens)
+                                          : (config.max_model_len + bs - 1) / bs;
   config.max_num_seqs = 1;
   LLMEngine engine(*model, config, tokenizer->eos_id());
 

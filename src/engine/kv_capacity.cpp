@@ -61,6 +61,11 @@ std::string describe(const KvCapacity& k) {
   return s;
 }
 
+int64_t streaming_sequence_blocks(int window, int sinks, int block_size, int64_t step_tokens) {
+  const int64_t bs = block_size;
+  return (sinks + bs - 1) / bs + (window - sinks - 1 + bs - 1) / bs + 1 + (step_tokens + bs - 1) / bs + 1;
+}
+
 std::vector<int64_t> resolve_kv_group_blocks(const Model& model, const EngineConfig& config,
                                              KvCapacity* capacity) {
   const KvCacheSpec spec = make_kv_spec(model, config);
@@ -135,8 +140,7 @@ std::vector<int64_t> resolve_kv_group_blocks(const Model& model, const EngineCon
     for (int g = 0; g < num_groups; ++g) {
       if (layout.group_sinks[size_t(g)] == 0 && layout.group_windows[size_t(g)] != spec.rolling_window) continue;
       const int window = layout.group_windows[size_t(g)], sinks = layout.group_sinks[size_t(g)];
-      const int64_t need = (sinks + bs - 1) / bs + (window - sinks - 1 + bs - 1) / bs + 1 +
-                           (config.max_num_batched_tokens + bs - 1) / bs + 1;
+      const int64_t need = streaming_sequence_blocks(window, sinks, bs, config.max_num_batched_tokens);
       if (blocks[size_t(g)] < need) {
         fail("the KV cache holds {} blocks of {} tokens but one streaming sequence needs {} (a window of {} "
              "with {} attention sinks, and a step of {} tokens): give more KV memory or a smaller --ctx",

@@ -27,6 +27,11 @@ struct KvCapacity {
 // 21.30 GiB available, less weights and scratch)".
 std::string describe(const KvCapacity& capacity);
 
+// Blocks one streaming sequence holds at most in a group with this window and sinks: the sinks'
+// blocks, the blocks of the window's other positions (one more where they straddle a block
+// boundary) and those of a step of `step_tokens` in flight.
+int64_t streaming_sequence_blocks(int window, int sinks, int block_size, int64_t step_tokens);
+
 // The KV cache description for the config: its types, rotation, block size, rolling window.
 KvCacheSpec make_kv_spec(const Model& model, const EngineConfig& config);
 // KV blocks per KV-cache group (Model::kv_layout) for the config: num_kv_blocks for every

@@ -146,6 +146,15 @@ TEST(Cli, PerplexityStreamsThroughARollingWindow) {
   EXPECT_LT(ppl, 20.0);
 }
 
+// `run` sizes its pool for one streaming sequence: with 4 sinks (not a whole block) it generates 8x
+// its 64-token window past the context and reports every token.
+TEST(Cli, RunGeneratesPastTheWindowWithAttentionSinks) {
+  const CommandResult r = run_kestrel("run " + kStories + " -p \"Once upon a time\" -n 512 --ctx 64 "
+                                      "--attention-sinks 4 --ignore-eos --temp 0 --timings");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("generation: 512 tokens"), std::string::npos) << r.err;
+}
+
 TEST(Cli, PerplexityPrintsLlamaCppStyleFinalEstimate) {
   const CommandResult r = run_kestrel("perplexity " + kStories + " -f " +
                                       test::shared_model_path("text/tinystories_val.txt") +

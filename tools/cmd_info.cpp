@@ -26,16 +26,6 @@ struct InfoOptions {
   bool metadata = false;
 };
 
-std::string human_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int unit = 0;
-  while (bytes >= 1024.0 && unit < 4) {
-    bytes /= 1024.0;
-    ++unit;
-  }
-  return fmt::format("{:.2f} {}", bytes, units[unit]);
-}
-
 void info(const InfoOptions& o) {
   const auto model = Model::load(o.model);
   const ModelConfig& c = model->config();

@@ -6,6 +6,8 @@
 #include <sstream>
 #include <string>
 
+#include <fmt/format.h>
+
 namespace kestrel {
 
 int64_t available_memory_bytes() {
@@ -20,6 +22,16 @@ int64_t available_memory_bytes() {
   const long pages = sysconf(_SC_AVPHYS_PAGES);
   const long page_size = sysconf(_SC_PAGESIZE);
   return pages > 0 && page_size > 0 ? int64_t(pages) * page_size : 0;
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 4) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  return fmt::format("{:.2f} {}", bytes, units[unit]);
 }
 
 }  // namespace kestrel

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace kestrel {
 
@@ -10,5 +11,8 @@ namespace kestrel {
 // /proc/meminfo: free memory plus reclaimable caches), or, where that is unknown, free physical
 // pages; 0 if neither can be read.
 int64_t available_memory_bytes();
+
+// "18.00 KiB", "1.50 GiB": a byte count in binary units with two decimals.
+std::string human_bytes(double bytes);
 
 }  // namespace kestrel

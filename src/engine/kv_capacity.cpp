@@ -11,16 +11,6 @@
 namespace kestrel {
 namespace {
 
-std::string human_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int unit = 0;
-  while (bytes >= 1024.0 && unit < 4) {
-    bytes /= 1024.0;
-    ++unit;
-  }
-  return fmt::format("{:.2f} {}", bytes, units[unit]);
-}
-
 // Activation memory a step of the config needs besides the weights and the KV cache (the forward
 // pass's buffers for max_num_batched_tokens tokens, the matmul conversions and the logits).
 int64_t scratch_bytes(const Model& model, const EngineConfig& config) {
@@ -80,8 +70,7 @@ std::vector<int64_t> resolve_kv_group_blocks(const Model& model, const EngineCon
   // flight.
   auto windowed = [&](int g) { return layout.group_windows[size_t(g)] > 0 && (config.free_out_of_window_blocks || layout.group_sinks[size_t(g)] > 0); };
   auto window_cap = [&](int g) {
-    const int window = layout.group_windows[size_t(g)], sinks = layout.group_sinks[size_t(g)];
-    const int64_t per_seq = (sinks + bs - 1) / bs + (window - sinks - 1 + bs - 1) / bs + 2;
+    const int64_t per_seq = streaming_sequence_blocks(layout.group_windows[size_t(g)], layout.group_sinks[size_t(g)], bs, 0);
     return per_seq * config.max_num_seqs + (config.max_num_batched_tokens + bs - 1) / bs + 1;
   };
   std::vector<int64_t> blocks(size_t(num_groups), 0);

@@ -15,10 +15,10 @@ struct GreedyRun {
 
 // Every prompt is queued before the first step (so they batch together), EOS ignored;
 // max_tokens[i] is prompt i's budget.
-inline GreedyRun generate_greedy(const Model& model, TokenId eos, const EngineConfig& config,
+inline GreedyRun generate_greedy(const Model& model, std::vector<TokenId> stop_tokens, const EngineConfig& config,
                                  const std::vector<std::vector<TokenId>>& prompts,
                                  const std::vector<int>& max_tokens) {
-  LLMEngine engine(model, config, eos);
+  LLMEngine engine(model, config, std::move(stop_tokens));
   std::vector<RequestId> ids;
   for (size_t i = 0; i < prompts.size(); ++i) {
     RequestSpec spec;

@@ -76,6 +76,8 @@ void batch(const BatchOptions& o) {
   }
   AsyncEngineConfig config;
   config.engine = make_engine_config(o.engine, *model);
+  std::unique_ptr<Model> draft;  // outlives the engine
+  apply_spec_options(o.engine.spec, *model, draft, config.engine);
   config.max_queued_requests = int64_t(1) << 30;  // the whole file may queue at once
   AsyncEngine engine(*model, *tokenizer, config);
   const std::string model_name = std::filesystem::path(o.model).stem().string();

@@ -31,6 +31,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
+#include "cmd_bench_spec.h"
 #include "kv_options.h"
 #include "runner/model_runner.h"
 
@@ -51,6 +52,8 @@ struct BenchOptions {
   KvOptions kv;
   bool json = false;
   bool no_bandwidth = false;
+  SpecOptions spec;         // with --draft-model or --spec: the speculative comparison instead
+  std::string prompt_file;
 };
 
 double seconds_since(Clock::time_point start) {
@@ -324,7 +327,17 @@ void register_bench(CLI::App& app) {
   add_kv_options(*cmd, options->kv, /*with_sinks=*/false);
   cmd->add_flag("--json", options->json, "end with one JSON line of all figures");
   cmd->add_flag("--no-bandwidth", options->no_bandwidth, "skip the memory bandwidth measurement");
-  cmd->callback([options] { bench(*options); });
+  add_spec_options(*cmd, options->spec);
+  cmd->add_option("--prompt-file", options->prompt_file,
+                  "with --draft-model/--spec: prompts, one per blank-line-separated paragraph (default: code tasks)");
+  cmd->callback([options] {
+    if (!options->spec.draft_model.empty() || (!options->spec.method.empty() && options->spec.method != "none")) {
+      SpecBenchOptions s{options->model, options->threads, options->tg, options->reps, options->prompt_file, options->spec};
+      bench_speculative(s);
+      return;
+    }
+    bench(*options);
+  });
 }
 
 }  // namespace kestrel::cli

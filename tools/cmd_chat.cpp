@@ -18,6 +18,7 @@
 #include "engine/chat_session.h"
 #include "kv_options.h"
 #include "sampling_options.h"
+#include "spec_options.h"
 #include "server_options.h"
 #include "tokenizer/tokenizer.h"
 
@@ -33,6 +34,7 @@ struct ChatOptions {
   int64_t ctx = 0;
   SamplingOptions sampling;
   KvOptions kv;
+  SpecOptions spec;
   bool verbose = false;
 };
 
@@ -68,7 +70,9 @@ void chat_loop(const ChatOptions& o) {
   EngineConfig config =
       make_chat_engine_config(*model, o.ctx, o.threads > 0 ? o.threads : default_thread_count());
   apply_kv_options(o.kv, config);
-  LLMEngine engine(*model, config, tokenizer->eos_id());
+  std::unique_ptr<Model> draft;  // outlives the engine
+  apply_spec_options(o.spec, *model, draft, config);
+  LLMEngine engine(*model, config, tokenizer->stop_token_ids());
   ChatSessionOptions session_options;
   session_options.system_prompt = o.system_prompt;
   session_options.max_reply_tokens = o.n_predict;
@@ -136,6 +140,7 @@ void register_chat(CLI::App& app) {
   cmd->add_option("-c,--ctx", options->ctx, "context length (default: the model's)")->check(CLI::Range(2, 1 << 24));
   add_sampling_options(*cmd, options->sampling);
   add_kv_options(*cmd, options->kv, /*with_sinks=*/false);
+  add_spec_options(*cmd, options->spec);
   cmd->add_flag("--verbose", options->verbose,
                 "per-turn statistics on stderr (prompt tokens, reused tokens, reply tokens, tok/s)");
   cmd->callback([options] { chat_loop(*options); });

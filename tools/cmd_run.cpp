@@ -14,6 +14,7 @@
 #include "kv_options.h"
 #include "server_options.h"
 #include "sampling_options.h"
+#include "spec_options.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
@@ -27,6 +28,7 @@ struct RunOptions {
   int64_t ctx = 0;
   SamplingOptions sampling;
   KvOptions kv;
+  SpecOptions spec;
   bool ignore_eos = false;
   bool timings = false;
 };
@@ -48,7 +50,9 @@ void run(const RunOptions& o) {
                                                                      config.max_num_batched_tokens)
                                           : (config.max_model_len + bs - 1) / bs;
   config.max_num_seqs = 1;
-  LLMEngine engine(*model, config, tokenizer->eos_id());
+  std::unique_ptr<Model> draft;
+  apply_spec_options(o.spec, *model, draft, config);
+  LLMEngine engine(*model, config, tokenizer->stop_token_ids());
 
   RequestSpec spec;
   spec.prompt = prompt;
@@ -94,6 +98,13 @@ void run(const RunOptions& o) {
   std::fprintf(stderr, "prompt: %zu tokens, %.1f tok/s; generation: %lld tokens, %.1f tok/s\n",
                prompt.size(), prompt_seconds > 0 ? double(prompt.size()) / prompt_seconds : 0.0,
                (long long)generated, gen_rate);
+  if (const Speculator* spec = engine.speculator()) {
+    const SpecStats& st = spec->stats();
+    std::fprintf(stderr, "speculative (%s): %lld drafts verified, %lld accepted (%.1f%%), %.2f tokens per verification\n",
+                 spec->drafter().name(), (long long)st.num_draft_tokens, (long long)st.num_accepted_tokens,
+                 st.num_draft_tokens > 0 ? 100.0 * double(st.num_accepted_tokens) / double(st.num_draft_tokens) : 0.0,
+                 st.mean_acceptance_length());
+  }
   if (o.timings && !gaps.empty()) {
     std::sort(gaps.begin(), gaps.end());
     auto at = [&](double q) { return 1e3 * gaps[std::min(gaps.size() - 1, size_t(q * double(gaps.size())))]; };
@@ -114,6 +125,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("-c,--ctx", options->ctx, "context length (default: the model's)")->check(CLI::Range(2, 1 << 24));
   add_sampling_options(*cmd, options->sampling);
   add_kv_options(*cmd, options->kv);
+  add_spec_options(*cmd, options->spec);
   cmd->add_flag("--ignore-eos", options->ignore_eos, "keep generating after end-of-text");
   cmd->add_flag("--timings", options->timings, "also print the median, p99 and max time between tokens");
   cmd->callback([options] { run(*options); });

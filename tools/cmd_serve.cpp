@@ -42,6 +42,8 @@ void serve(ServeOptions& o) {
 
   AsyncEngineConfig config;
   config.engine = make_engine_config(o.engine, *model);
+  std::unique_ptr<Model> draft;  // outlives the engine
+  apply_spec_options(o.engine.spec, *model, draft, config.engine);
   config.max_queued_requests = o.max_queue;
   AsyncEngine engine(*model, *tokenizer, config);
   o.http.model_name = !o.served_name.empty() ? o.served_name
@@ -51,6 +53,12 @@ void serve(ServeOptions& o) {
   fmt::print(stderr, "kestrel: serving '{}' on http://{}:{} (context {}{})\n", o.http.model_name, o.http.host,
              port, engine.max_request_tokens(), chat_template ? "" : ", no chat template");
   fmt::print(stderr, "kestrel: {}\n", describe(engine.kv_capacity()));
+  if (engine.speculative()) {
+    const SpecConfig& spec = config.engine.spec;
+    fmt::print(stderr, "kestrel: speculative decoding: {}{}, up to {} draft tokens per step, {}\n",
+               spec_method_name(spec.method), spec.method == SpecMethod::DraftModel ? " model " + o.engine.spec.draft_model : "",
+               spec.num_spec_tokens, spec.adaptive ? "adaptive" : "fixed");
+  }
   if (config.engine.enable_prefix_caching && !engine.prefix_caching()) {
     fmt::print(stderr, "kestrel: prefix caching is off: this model's sliding-window layers free "
                        "their out-of-window KV blocks (--keep-window-blocks keeps them and turns it on)\n");

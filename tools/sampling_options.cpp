@@ -2,6 +2,8 @@
 
 #include <random>
 
+#include "core/error.h"
+
 namespace kestrel::cli {
 
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
@@ -21,6 +23,8 @@ SamplingParams make_sampling_params(const SamplingOptions& o) {
   p.min_p = o.min_p;
   p.repetition_penalty = o.repeat_penalty;
   p.seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
+  const std::string invalid = p.validate();
+  if (!invalid.empty()) fail("{}", invalid);
   return p;
 }
 

@@ -27,6 +27,7 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
                "keep sliding-window layers' out-of-window KV blocks, so that prefix caching also "
                "works for models with sliding-window attention (Gemma 3, Mistral); costs KV memory");
   add_kv_options(cmd, o.kv);
+  add_spec_options(cmd, o.spec);
 }
 
 void apply_kv_options(const KvOptions& kv, EngineConfig& c) {

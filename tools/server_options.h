@@ -5,6 +5,7 @@
 
 #include "engine/engine.h"
 #include "kv_options.h"
+#include "spec_options.h"
 
 namespace kestrel::cli {
 
@@ -20,6 +21,7 @@ struct EngineOptions {
   std::string scheduler = "continuous";
   bool no_prefix_caching = false;
   bool keep_window_blocks = false;
+  SpecOptions spec;  // applied by apply_spec_options (it loads the draft model)
 };
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o);

@@ -24,11 +24,12 @@ void RequestStream::push(GenerationEvent event) {
 
 AsyncEngine::AsyncEngine(const Model& model, const Tokenizer& tokenizer, const AsyncEngineConfig& config)
     : tokenizer_(tokenizer),
-      engine_(model, config.engine, tokenizer.eos_id()),
+      engine_(model, config.engine, tokenizer.stop_token_ids()),
       max_model_len_(engine_.max_model_len()),
       max_request_tokens_(engine_.max_request_tokens()),
       kv_capacity_(engine_.kv_capacity()),
       prefix_caching_(engine_.kv().prefix_caching()),
+      speculative_(engine_.speculator() != nullptr),
       max_queued_(config.max_queued_requests) {
   publish_gauges();
   thread_ = std::thread([this] { loop(); });
@@ -112,7 +113,7 @@ void AsyncEngine::admit(Pending pending) {
     return;
   }
   Active active{pending.stream, TextOutput(tokenizer_, last_prompt, std::move(pending.stop)),
-                logprobs,        prompt_tokens, 0, 0, pending.arrival, {}, false};
+                logprobs,        prompt_tokens, 0, 0, 0, 0, pending.arrival, {}, false};
   active_.emplace(id, std::move(active));
 }
 
@@ -122,6 +123,8 @@ void AsyncEngine::finish(RequestId id, Active& active, GenerationEvent event, Fi
   event.prompt_tokens = active.prompt_tokens;
   event.completion_tokens = active.completion_tokens;
   event.cached_prompt_tokens = active.cached_prompt_tokens;
+  event.draft_tokens = active.draft_tokens;
+  event.accepted_draft_tokens = active.accepted_draft_tokens;
   const auto now = Clock::now();
   metrics_.update([&](MetricsSnapshot& m) {
     m.e2e_latency.observe(std::chrono::duration<double>(now - active.arrival).count());
@@ -149,8 +152,14 @@ void AsyncEngine::process(const std::vector<RequestOutput>& outputs) {
     Active& active = it->second;
     // From the output, not the scheduler: a request may finish in the step that admitted it.
     active.cached_prompt_tokens = out.num_cached_tokens;
+    active.draft_tokens = out.num_draft_tokens;
+    active.accepted_draft_tokens = out.num_accepted_tokens;
     GenerationEvent event;
+    event.draft_tokens = active.draft_tokens;
+    event.accepted_draft_tokens = active.accepted_draft_tokens;
     for (const SampleResult& sample : out.new_tokens) {
+      // A stop string inside an accepted run of drafts ends the output there.
+      if (active.text.stopped()) break;
       if (active.completion_tokens++ == 0) {
         active.first_token = now;
         metrics_.update([&](MetricsSnapshot& m) {
@@ -197,6 +206,14 @@ void AsyncEngine::publish_gauges() {
     m.preemptions = s.num_preemptions();
     m.prefix_query_tokens = kv.prefix_query_tokens();
     m.prefix_hit_tokens = kv.prefix_hit_tokens();
+    if (const Speculator* spec = engine_.speculator()) {
+      const SpecStats& st = spec->stats();
+      m.speculative = true;
+      m.spec_num_drafts = st.num_drafts;
+      m.spec_num_draft_tokens = st.num_draft_tokens;
+      m.spec_num_accepted_tokens = st.num_accepted_tokens;
+      m.spec_accepted_per_position = st.accepted_per_position;
+    }
   });
 }
 

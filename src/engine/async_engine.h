@@ -40,6 +40,8 @@ struct GenerationEvent {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_prompt_tokens = 0;
+  int64_t draft_tokens = 0;           // speculative drafts verified for the request so far
+  int64_t accepted_draft_tokens = 0;  // of which accepted
 };
 
 // The consumer's end of a request. Thread-safe.
@@ -107,6 +109,8 @@ class AsyncEngine {
   // Whether shared prefixes reuse KV blocks (off when asked, or when sliding-window layers free
   // their old blocks: KVCacheManager decides).
   bool prefix_caching() const { return prefix_caching_; }
+  // Whether the engine speculates (fixed at construction).
+  bool speculative() const { return speculative_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   // Blocks until no request is queued or running (for tests and the batch runner).
   void wait_idle();
@@ -119,6 +123,8 @@ class AsyncEngine {
     int64_t prompt_tokens = 0;
     int64_t completion_tokens = 0;
     int64_t cached_prompt_tokens = 0;
+    int64_t draft_tokens = 0;
+    int64_t accepted_draft_tokens = 0;
     std::chrono::steady_clock::time_point arrival;
     std::chrono::steady_clock::time_point first_token;
     bool admitted = false;
@@ -142,6 +148,7 @@ class AsyncEngine {
   int64_t max_request_tokens_;
   KvCapacity kv_capacity_;
   bool prefix_caching_;  // fixed at construction, read without the engine thread
+  bool speculative_;
   int64_t max_queued_;
   EngineMetrics metrics_;
 

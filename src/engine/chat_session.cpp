@@ -108,9 +108,9 @@ ChatTurnStats ChatSession::send(std::string_view user_message, const TextSink& o
         stats.cached_tokens = out.num_cached_tokens;
         for (const SampleResult& sample : out.new_tokens) {
           if (stats.generated_tokens++ == 0) first_token = Clock::now();
-          // EOS ends the request in the engine; other end-of-turn tokens (<|im_end|>,
-          // <|eot_id|>, <end_of_turn>) end it here. Neither is part of the reply's text: the
-          // template writes the turn's end itself.
+          // The engine ends the request at EOS and at every end-of-turn token (<|im_end|>,
+          // <|eot_id|>, <end_of_turn>); none is part of the reply's text: the template writes the
+          // turn's end itself.
           if (tokenizer_.is_end_of_generation(sample.token)) {
             if (!out.finished) engine_.finish_request(id, FinishReason::Stop);
             stats.finish_reason = FinishReason::Stop;

@@ -1,10 +1,12 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "spec/verify.h"
 
 namespace kestrel {
 namespace {
@@ -40,15 +42,21 @@ std::vector<KVCacheGroupSpec> make_kv_groups(const RunnerConfig& runner, const K
 
 }  // namespace
 
-LLMEngine::LLMEngine(const Model& model, const EngineConfig& config, TokenId eos_token)
+LLMEngine::LLMEngine(const Model& model, const EngineConfig& config, std::vector<TokenId> stop_tokens)
     : model_(model),
-      eos_token_(eos_token),
-      runner_config_(make_runner_config(model, config, kv_capacity_)),
+      stop_tokens_(std::move(stop_tokens)),
+      runner_config_(make_runner_config(model, target_share_of_kv_budget(model, config), kv_capacity_)),
       kv_(make_kv_groups(runner_config_, model.kv_layout(runner_config_.kv.rolling_window, runner_config_.kv.sink_tokens),
                          config),
           config.block_size, config.enable_prefix_caching),
       runner_(model, runner_config_),
-      scheduler_(make_scheduler_config(model, config), kv_) {}
+      scheduler_(make_scheduler_config(model, config), kv_) {
+  if (config.spec.enabled()) {
+    speculator_ = std::make_unique<Speculator>(config.spec, model, config, runner_, kv_, kv_capacity_.tokens);
+  }
+}
+
+LLMEngine::~LLMEngine() = default;
 
 int64_t LLMEngine::max_request_tokens() const {
   int64_t tokens = max_model_len();
@@ -75,18 +83,21 @@ RequestId LLMEngine::add_request(RequestSpec spec) {
   request->tokens = std::move(spec.prompt);
   request->max_tokens = spec.max_tokens;
   request->priority = spec.priority;
-  request->eos_token = eos_token_;
+  request->stop_tokens = stop_tokens_;
   request->ignore_eos = spec.ignore_eos;
   request->prefix_source = spec.prefix_source;
   const RequestId id = request->id;
+  const std::string invalid = spec.sampling.validate();
+  if (!invalid.empty()) fail("request rejected: {}", invalid);
   scheduler_.add_request(std::move(request));
-  samplers_.emplace(id, Sampler(spec.sampling));
+  states_.emplace(id, RequestState{Sampler(spec.sampling), spec.speculate});
   return id;
 }
 
 void LLMEngine::finish_request(RequestId id, FinishReason reason) {
   scheduler_.finish_request(id, reason);
-  samplers_.erase(id);
+  states_.erase(id);
+  if (speculator_) speculator_->release(id);
   scheduler_.take_finished();
 }
 
@@ -96,55 +107,101 @@ std::vector<RequestId> LLMEngine::finish_all(FinishReason reason) {
   return ids;
 }
 
+std::vector<TokenId> LLMEngine::produce(const ScheduledRequest& s, std::span<float> rows,
+                                       std::vector<SampleResult>* samples) {
+  Sampler& sampler = states_.at(s.request->id).sampler;
+  if (s.num_draft_tokens == 0) {
+    samples->push_back(sampler.sample(rows, s.request->tokens));
+    return {samples->back().token};
+  }
+  std::span<const TokenDistribution> dists = speculator_->draft_dists(s.request->id);
+  if (!dists.empty()) dists = dists.first(size_t(s.num_draft_tokens));
+  const std::vector<TokenId> produced = verify_drafts(sampler, rows, s.request->tokens, s.request->draft_tokens, dists, samples);
+  speculator_->record(s.request->id, int(s.num_draft_tokens), int(produced.size()) - 1);
+  return produced;
+}
+
 std::vector<RequestOutput> LLMEngine::step() {
   std::vector<RequestOutput> outputs;
+  if (speculator_) {
+    std::unordered_map<RequestId, Sampler*> samplers;
+    std::unordered_map<RequestId, bool> speculates;
+    for (auto& [id, state] : states_) {
+      samplers[id] = &state.sampler;
+      speculates[id] = state.speculate;
+    }
+    speculator_->attach_drafts(scheduler_, samplers, speculates);
+  }
   const SchedulerOutput plan = scheduler_.schedule();
   last_step_ = {plan.num_scheduled_tokens, int64_t(plan.scheduled.size()),
                 int64_t(plan.preempted.size()), plan.admitted};
   if (plan.empty()) return outputs;
 
+  // A chunk is the request's tokens from num_computed_tokens on, then its drafts.
+  std::vector<std::vector<TokenId>> with_drafts(plan.scheduled.size());
   std::vector<SequenceChunk> chunks;
   chunks.reserve(plan.scheduled.size());
-  for (const ScheduledRequest& s : plan.scheduled) {
+  for (size_t i = 0; i < plan.scheduled.size(); ++i) {
+    const ScheduledRequest& s = plan.scheduled[i];
     SequenceChunk chunk;
-    chunk.tokens = std::span<const TokenId>(s.request->tokens)
-                       .subspan(size_t(s.num_computed_tokens), size_t(s.num_scheduled_tokens));
+    const std::span<const TokenId> known = std::span<const TokenId>(s.request->tokens)
+                                               .subspan(size_t(s.num_computed_tokens),
+                                                        size_t(s.num_scheduled_tokens - s.num_draft_tokens));
+    if (s.num_draft_tokens > 0) {
+      with_drafts[i].assign(known.begin(), known.end());
+      with_drafts[i].insert(with_drafts[i].end(), s.request->draft_tokens.begin(), s.request->draft_tokens.end());
+      chunk.tokens = with_drafts[i];
+    } else {
+      chunk.tokens = known;
+    }
     chunk.start_position = s.num_computed_tokens;
     for (int g = 0; g < kv_.num_groups(); ++g) chunk.block_tables.push_back(kv_.block_table(s.request->id, g));
-    chunk.logits_from = s.sample ? s.num_scheduled_tokens - 1 : -1;
+    chunk.logits_from = s.samples() ? s.num_scheduled_tokens - s.num_logits : -1;
     chunks.push_back(chunk);
   }
+  const auto start = std::chrono::steady_clock::now();
   const std::span<float> logits = runner_.execute(chunks);
-
-  const int64_t n_vocab = model_.config().n_vocab;
-  std::vector<TokenId> sampled;
-  std::vector<SampleResult> results;
-  size_t row = 0;
-  for (const ScheduledRequest& s : plan.scheduled) {
-    if (!s.sample) continue;
-    Sampler& sampler = samplers_.at(s.request->id);
-    SampleResult r = sampler.sample(logits.subspan(row * size_t(n_vocab), size_t(n_vocab)),
-                                    s.request->tokens);
-    sampled.push_back(r.token);
-    results.push_back(std::move(r));
-    ++row;
+  if (speculator_) {
+    speculator_->observe_step(plan.num_scheduled_tokens,
+                              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  scheduler_.update_from_output(plan, sampled);
 
-  size_t next = 0;
-  for (const ScheduledRequest& s : plan.scheduled) {
-    if (!s.sample) continue;
+  const size_t n_vocab = size_t(model_.config().n_vocab);
+  std::vector<std::vector<TokenId>> produced(plan.scheduled.size());
+  std::vector<std::vector<SampleResult>> results(plan.scheduled.size());
+  std::vector<int64_t> tokens_before(plan.scheduled.size());
+  size_t row = 0;
+  for (size_t i = 0; i < plan.scheduled.size(); ++i) {
+    const ScheduledRequest& s = plan.scheduled[i];
+    tokens_before[i] = s.request->num_tokens();
+    if (!s.samples()) continue;
+    produced[i] = produce(s, logits.subspan(row * n_vocab, size_t(s.num_logits) * n_vocab), &results[i]);
+    row += size_t(s.num_logits);
+  }
+  scheduler_.update_from_output(plan, produced);
+
+  for (size_t i = 0; i < plan.scheduled.size(); ++i) {
+    const ScheduledRequest& s = plan.scheduled[i];
+    if (!s.samples()) continue;
     RequestOutput out;
     out.id = s.request->id;
-    out.new_tokens.push_back(std::move(results[next++]));
+    // What the scheduler kept (a stop token or the length limit may end an accepted run early).
+    const size_t kept = size_t(s.request->num_tokens() - tokens_before[i]);
+    results[i].resize(std::min(kept, results[i].size()));
+    out.new_tokens = std::move(results[i]);
     out.num_prompt_tokens = s.request->num_prompt_tokens;
     out.num_output_tokens = s.request->num_output_tokens();
     out.num_cached_tokens = std::max<int64_t>(0, s.request->num_cached_tokens);
+    out.num_draft_tokens = s.request->num_draft_tokens;
+    out.num_accepted_tokens = s.request->num_accepted_tokens;
     out.finished = s.request->finished();
     out.finish_reason = s.request->finish_reason;
     outputs.push_back(std::move(out));
   }
-  for (const auto& request : scheduler_.take_finished()) samplers_.erase(request->id);
+  for (const auto& request : scheduler_.take_finished()) {
+    states_.erase(request->id);
+    if (speculator_) speculator_->release(request->id);
+  }
   return outputs;
 }
 

@@ -10,6 +10,7 @@
 
 #include "engine/engine_config.h"
 #include "engine/kv_capacity.h"
+#include "engine/speculator.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
 #include "runner/model_runner.h"
@@ -26,17 +27,22 @@ struct RequestSpec {
   int priority = 0;
   bool ignore_eos = false;
   RequestId prefix_source = 0;  // a sibling with the same prompt (n > 1): share its prompt blocks
+  bool speculate = true;        // drafts when the engine speculates (false: plain decoding)
 };
 
 // What one step produced for one request.
 struct RequestOutput {
   RequestId id = 0;
-  std::vector<SampleResult> new_tokens;  // 0 or 1 per step (0 while a prompt is being prefilled)
+  // 0 while a prompt is being prefilled, else 1 and, under speculation, one more per accepted
+  // draft (none past a stop token or the length limit).
+  std::vector<SampleResult> new_tokens;
   bool finished = false;
   FinishReason finish_reason = FinishReason::None;
   int64_t num_prompt_tokens = 0;
   int64_t num_output_tokens = 0;
   int64_t num_cached_tokens = 0;  // prompt tokens whose K/V came from the prefix cache
+  int64_t num_draft_tokens = 0;     // drafts verified for this request so far
+  int64_t num_accepted_tokens = 0;  // of which accepted
 };
 
 struct StepStats {
@@ -48,7 +54,10 @@ struct StepStats {
 
 class LLMEngine {
  public:
-  LLMEngine(const Model& model, const EngineConfig& config, TokenId eos_token);
+  // A request stops at any of `stop_tokens` (Tokenizer::stop_token_ids(): EOS and every
+  // end-of-turn token) unless it ignores EOS.
+  LLMEngine(const Model& model, const EngineConfig& config, std::vector<TokenId> stop_tokens);
+  ~LLMEngine();
 
   // Queues a request; throws kestrel::Error if it can never fit (prompt longer than the context,
   // more KV blocks than the pool).
@@ -70,16 +79,26 @@ class LLMEngine {
   int64_t max_request_tokens() const;
   const KvCapacity& kv_capacity() const { return kv_capacity_; }
   const StepStats& last_step() const { return last_step_; }
+  // Speculative decoding, if configured (nullptr otherwise).
+  const Speculator* speculator() const { return speculator_.get(); }
 
  private:
+  struct RequestState {
+    Sampler sampler;
+    bool speculate = true;
+  };
+  // Logits rows [num_logits][n_vocab] of one scheduled request -> the tokens it produced.
+  std::vector<TokenId> produce(const ScheduledRequest& s, std::span<float> rows, std::vector<SampleResult>* samples);
+
   const Model& model_;
-  TokenId eos_token_;
+  std::vector<TokenId> stop_tokens_;
   KvCapacity kv_capacity_;
   RunnerConfig runner_config_;
   KVCacheManager kv_;
   ModelRunner runner_;
   Scheduler scheduler_;
-  std::unordered_map<RequestId, Sampler> samplers_;
+  std::unordered_map<RequestId, RequestState> states_;
+  std::unique_ptr<Speculator> speculator_;
   RequestId next_id_ = 1;
   StepStats last_step_;
 };

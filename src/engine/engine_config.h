@@ -6,6 +6,7 @@
 
 #include "core/dtype.h"
 #include "sched/scheduler.h"
+#include "spec/spec_config.h"
 
 namespace kestrel {
 
@@ -33,6 +34,8 @@ struct EngineConfig {
   // Sliding-window layers free the KV blocks that fall out of their window (off only to check
   // that freeing changes nothing).
   bool free_out_of_window_blocks = true;
+  // Speculative decoding (off by default).
+  SpecConfig spec;
 };
 
 }  // namespace kestrel

@@ -51,6 +51,12 @@ struct MetricsSnapshot {
   int64_t requests_abort = 0;
   int64_t requests_error = 0;
   int64_t requests_rejected = 0;
+  // Speculative decoding (engine/speculator.h's SpecStats), when the engine speculates.
+  bool speculative = false;
+  int64_t spec_num_drafts = 0;
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_position;
 };
 
 class EngineMetrics {

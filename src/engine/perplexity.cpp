@@ -6,23 +6,10 @@
 
 #include "core/error.h"
 #include "kv/kv_cache_manager.h"
+#include "sample/log_softmax.h"
 
 namespace kestrel {
 namespace {
-
-// log p(v) = logit(v) - max - log(sum exp(logit - max)): the max and the log of the sum, in
-// double (the vocabulary is large).
-struct LogSoftmax {
-  double max = 0.0;
-  double log_sum = 0.0;
-  explicit LogSoftmax(std::span<const float> row) {
-    max = *std::max_element(row.begin(), row.end());
-    double sum = 0.0;
-    for (float x : row) sum += std::exp(double(x) - max);
-    log_sum = std::log(sum);
-  }
-  double log_p(float logit) const { return double(logit) - max - log_sum; }
-};
 
 // Negative log-likelihoods of the scored tokens, for perplexity and llama.cpp's +/- estimate.
 struct NllSum {

@@ -186,6 +186,21 @@ void KVCacheManager::cache_computed_blocks(RequestId request, std::span<const in
   }
 }
 
+void KVCacheManager::trim(RequestId request, int64_t num_tokens) {
+  const size_t keep = size_t(blocks_for_tokens(num_tokens));
+  for (Group& g : groups_) {
+    const auto it = g.tables.find(request);
+    if (it == g.tables.end()) continue;
+    Table& table = it->second;
+    // A hashed block stays in the prefix cache (its K/V are those of its tokens) when released.
+    if (table.hashes.size() > keep) table.hashes.resize(keep);
+    while (table.blocks.size() > keep) {
+      if (table.blocks.back() >= 0) g.pool.release(table.blocks.back());
+      table.blocks.pop_back();
+    }
+  }
+}
+
 void KVCacheManager::free(RequestId request) {
   for (Group& g : groups_) {
     const auto it = g.tables.find(request);

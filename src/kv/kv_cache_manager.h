@@ -85,6 +85,10 @@ class KVCacheManager {
   // Registers the request's full, computed blocks in the prefix cache.
   void cache_computed_blocks(RequestId request, std::span<const int32_t> tokens,
                              int64_t num_computed_tokens);
+  // Gives back the request's blocks past the first `num_tokens` slots (speculative lookahead that
+  // was rejected), last first. A released block that was hashed stays findable in the prefix
+  // cache until evicted (its K/V are those of its tokens).
+  void trim(RequestId request, int64_t num_tokens);
   // Gives back every block of the request (cached ones stay reusable until evicted).
   void free(RequestId request);
   // The request's blocks in position order; a sliding group's freed entries are -1.

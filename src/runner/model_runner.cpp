@@ -58,8 +58,11 @@ ForwardBatch build_forward_batch(std::span<const SequenceChunk> chunks, int bloc
   return batch;
 }
 
-ModelRunner::ModelRunner(const Model& model, const RunnerConfig& config)
-    : model_(model), config_(config), backend_(make_cpu_backend(config.num_threads)) {
+ModelRunner::ModelRunner(const Model& model, const RunnerConfig& config, Backend* shared_backend)
+    : model_(model),
+      config_(config),
+      own_backend_(shared_backend != nullptr ? nullptr : make_cpu_backend(config.num_threads)),
+      backend_(shared_backend != nullptr ? shared_backend : own_backend_.get()) {
   const ModelConfig& c = model.config();
   KvCacheSpec spec = config.kv;
   spec.n_kv_head = c.n_head_kv;

@@ -47,8 +47,9 @@ int64_t kv_bytes_for(const Model& model, const KvCacheSpec& spec, std::span<cons
 class ModelRunner {
  public:
   // Allocates each group's blocks for the layers in it; a clear error if the KV types do not fit
-  // the model or memory runs out.
-  ModelRunner(const Model& model, const RunnerConfig& config);
+  // the model or memory runs out. With `shared_backend` (not owned), the runner computes on that
+  // backend and its thread pool instead of making its own (a draft model beside its target).
+  ModelRunner(const Model& model, const RunnerConfig& config, Backend* shared_backend = nullptr);
 
   // Runs the chunks as one batch. Returns logits [rows][n_vocab], rows in chunk order and, within
   // a chunk, token order. Valid until the next call.
@@ -56,6 +57,7 @@ class ModelRunner {
   std::span<float> execute(const ForwardBatch& batch);
 
   const Model& model() const { return model_; }
+  Backend& backend() { return *backend_; }
   int block_size() const { return kv_view_.spec.block_size; }
   int num_groups() const { return int(config_.group_blocks.size()); }
   const KvCacheSpec& kv_spec() const { return kv_view_.spec; }
@@ -66,7 +68,8 @@ class ModelRunner {
  private:
   const Model& model_;
   RunnerConfig config_;
-  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Backend> own_backend_;
+  Backend* backend_;
   std::vector<LargeBuffer> kv_memory_;  // K and V of each layer
   KvCacheView kv_view_;
   ForwardScratch scratch_;

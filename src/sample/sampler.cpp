@@ -1,40 +1,50 @@
 #include "sample/sampler.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
-#include <unordered_map>
+#include <vector>
+
+#include "sample/log_softmax.h"
 
 namespace kestrel {
 
-Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+Sampler::Sampler(const SamplingParams& params) : params_(params), chain_(params) {}
 
-void Sampler::apply_penalties(std::span<float> logits, std::span<const TokenId> history) const {
-  const SamplingParams& p = params_;
-  if (p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f) {
-    return;
+namespace {
+
+// SplitMix64's finaliser: a bijective mix of 64 bits.
+uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+double Sampler::uniform(int64_t position, int stream) const {
+  const uint64_t h = mix64(mix64(params_.seed + 0x9e3779b97f4a7c15ULL) + uint64_t(position) * 0xd1b54a32d192ed03ULL +
+                           uint64_t(stream) * 0x8cb92ba72f3d8dd7ULL);
+  // Strictly inside (0, 1): a token of probability 0 is never drawn, one of probability 1 always.
+  return (double(h >> 11) + 0.5) * 0x1.0p-53;
+}
+
+TokenId draw_token(const TokenDistribution& dist, double u) {
+  if (dist.one_hot()) return dist.token;
+  double cumulative = 0.0;
+  TokenId last = -1;
+  for (size_t i = 0; i < dist.probs.size(); ++i) {
+    if (dist.probs[i] <= 0.0f) continue;
+    cumulative += dist.probs[i];
+    last = TokenId(i);
+    if (u < cumulative) return last;
   }
-  size_t window = history.size();
-  if (p.penalty_last_n >= 0) window = std::min(window, size_t(p.penalty_last_n));
-  std::unordered_map<TokenId, int> counts;
-  for (size_t i = history.size() - window; i < history.size(); ++i) ++counts[history[i]];
-  for (const auto& [token, count] : counts) {
-    if (token < 0 || size_t(token) >= logits.size()) continue;
-    float& logit = logits[size_t(token)];
-    if (p.repetition_penalty != 1.0f) {
-      logit = logit > 0.0f ? logit / p.repetition_penalty : logit * p.repetition_penalty;
-    }
-    logit -= float(count) * p.frequency_penalty + (count > 0 ? p.presence_penalty : 0.0f);
-  }
+  return last;  // u within rounding of 1
 }
 
 void compute_logprobs(std::span<const float> logits, TokenId token, int top_n, SampleResult* result) {
-  float max_logit = -std::numeric_limits<float>::infinity();
-  for (float l : logits) max_logit = std::max(max_logit, l);
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(double(l - max_logit));
-  const float log_sum = max_logit + float(std::log(sum));
-  result->logprob = logits[size_t(token)] - log_sum;
+  const LogSoftmax ls(logits);
+  result->logprob = float(ls.log_p(logits[size_t(token)]));
   result->top_logprobs.clear();
   if (top_n <= 0) return;
   std::vector<TokenId> ids(logits.size());
@@ -43,77 +53,21 @@ void compute_logprobs(std::span<const float> logits, TokenId token, int top_n, S
   std::partial_sort(ids.begin(), ids.begin() + std::ptrdiff_t(n), ids.end(), [&](TokenId a, TokenId b) {
     return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
   });
-  for (size_t i = 0; i < n; ++i) result->top_logprobs.push_back({ids[i], logits[size_t(ids[i])] - log_sum});
+  for (size_t i = 0; i < n; ++i) result->top_logprobs.push_back({ids[i], float(ls.log_p(logits[size_t(ids[i])]))});
+}
+
+void Sampler::fill_logprobs(std::span<const float> raw_logits, TokenId token, SampleResult* result) const {
+  compute_logprobs(raw_logits, token, params_.top_logprobs, result);
 }
 
 SampleResult Sampler::sample(std::span<float> logits, std::span<const TokenId> history) {
   SampleResult result;
   // Logprobs describe the model's distribution, before penalties and truncation (as OpenAI does).
-  const bool want_logprobs = params_.top_logprobs >= 0;
   std::vector<float> raw;
-  if (want_logprobs) raw.assign(logits.begin(), logits.end());
-
-  apply_penalties(logits, history);
-  // A NaN logit (a broken model or kernel) must never win or poison the sort.
-  for (float& l : logits) {
-    if (std::isnan(l)) l = -std::numeric_limits<float>::infinity();
-  }
-
-  const float best = *std::max_element(logits.begin(), logits.end());
-  if (params_.greedy() || best == -std::numeric_limits<float>::infinity()) {
-    result.token = TokenId(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  } else {
-    candidates_.resize(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i) candidates_[i] = {TokenId(i), logits[i] / params_.temperature};
-    auto by_logit = [](const TokenLogprob& a, const TokenLogprob& b) {
-      return a.logprob > b.logprob || (a.logprob == b.logprob && a.token < b.token);
-    };
-    size_t keep = candidates_.size();
-    if (params_.top_k > 0 && size_t(params_.top_k) < keep) {
-      keep = size_t(params_.top_k);
-      std::partial_sort(candidates_.begin(), candidates_.begin() + std::ptrdiff_t(keep),
-                        candidates_.end(), by_logit);
-    } else {
-      std::sort(candidates_.begin(), candidates_.end(), by_logit);
-    }
-    // Softmax over the kept candidates (sorted, best first); `logprob` now holds probabilities.
-    const float max_logit = candidates_[0].logprob;
-    double total = 0.0;
-    for (size_t i = 0; i < keep; ++i) {
-      candidates_[i].logprob = std::exp(candidates_[i].logprob - max_logit);
-      total += candidates_[i].logprob;
-    }
-    for (size_t i = 0; i < keep; ++i) candidates_[i].logprob = float(candidates_[i].logprob / total);
-    if (params_.top_p < 1.0f) {
-      double cumulative = 0.0;
-      for (size_t i = 0; i < keep; ++i) {
-        cumulative += candidates_[i].logprob;
-        if (cumulative >= params_.top_p) {
-          keep = i + 1;
-          break;
-        }
-      }
-    }
-    if (params_.min_p > 0.0f) {
-      const float threshold = params_.min_p * candidates_[0].logprob;
-      size_t i = 1;
-      while (i < keep && candidates_[i].logprob >= threshold) ++i;
-      keep = i;
-    }
-    double kept_total = 0.0;
-    for (size_t i = 0; i < keep; ++i) kept_total += candidates_[i].logprob;
-    const double draw = std::uniform_real_distribution<double>(0.0, kept_total)(rng_);
-    double cumulative = 0.0;
-    result.token = candidates_[keep - 1].token;
-    for (size_t i = 0; i < keep; ++i) {
-      cumulative += candidates_[i].logprob;
-      if (draw < cumulative) {
-        result.token = candidates_[i].token;
-        break;
-      }
-    }
-  }
-  if (want_logprobs) compute_logprobs(raw, result.token, params_.top_logprobs, &result);
+  if (wants_logprobs()) raw.assign(logits.begin(), logits.end());
+  chain_.process(logits, history, &dist_);
+  result.token = draw_token(dist_, uniform(int64_t(history.size())));
+  if (wants_logprobs()) fill_logprobs(raw, result.token, &result);
   return result;
 }
 

@@ -3,11 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace kestrel {
 
 struct SamplingParams {
-  float temperature = 0.8f;         // <= 0 means greedy (argmax)
+  float temperature = 0.8f;         // 0 means greedy (argmax)
   int top_k = 0;                    // 0 = off
   float top_p = 1.0f;               // 1 = off
   float min_p = 0.0f;               // 0 = off
@@ -19,6 +20,10 @@ struct SamplingParams {
   int top_logprobs = -1;            // -1: no logprobs; 0: the sampled token's only; n: plus top n
 
   bool greedy() const { return temperature <= 0.0f; }
+  // Why these settings are invalid, or "" if they are valid (the CLI and the server report it):
+  // temperature < 0 or not finite, top_k < 0, top_p outside (0, 1], min_p outside [0, 1],
+  // repetition_penalty <= 0, penalties not finite, penalty_last_n < -1, top_logprobs < -1.
+  std::string validate() const;
 };
 
 }  // namespace kestrel

@@ -1,6 +1,11 @@
 // A request as the scheduler sees it: token counts and status, no phase flags. There is no
 // prefill or decode phase: the scheduler computes tokens [num_computed_tokens, num_tokens()) in
 // chunks, and a token is sampled whenever the computed count reaches the end.
+//
+// Speculative decoding: a request at the end of its tokens may carry draft tokens (proposed by a
+// drafter, not yet part of `tokens`). The scheduler computes them in the same step as the last
+// token, one logits row each plus one; update_from_output appends the accepted ones and rolls the
+// rejected ones back.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +40,23 @@ struct Request {
   // Another request with the same prompt (n > 1 sampling): this one is admitted only after that
   // one's prompt is computed, so it shares the prompt's blocks through the prefix cache.
   RequestId prefix_source = 0;
-  TokenId eos_token = -1;            // -1: generate until max_tokens
-  bool ignore_eos = false;
+  // Token ids that end the request (EOS and every end-of-turn token the tokenizer knows); empty:
+  // generate until max_tokens.
+  std::vector<TokenId> stop_tokens;
+  bool ignore_eos = false;            // stop tokens do not end the request
+  // Drafts for the next step (set before schedule(); the scheduler may shorten them to what the
+  // budget, max_tokens and the context allow; cleared by update_from_output).
+  std::vector<TokenId> draft_tokens;
+  int64_t num_draft_tokens = 0;      // drafts verified over the request's life
+  int64_t num_accepted_tokens = 0;   // of which accepted
+
+  bool is_stop_token(TokenId token) const {
+    if (ignore_eos) return false;
+    for (TokenId t : stop_tokens) {
+      if (t == token) return true;
+    }
+    return false;
+  }
 
   int64_t num_tokens() const { return int64_t(tokens.size()); }
   int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

@@ -87,6 +87,7 @@ void Scheduler::preempt(Request* request, SchedulerOutput& output) {
   running_.erase(std::find(running_.begin(), running_.end(), request));
   kv_.free(request->id);
   request->num_computed_tokens = 0;
+  request->draft_tokens.clear();
   request->status = RequestStatus::Preempted;
   ++request->num_preemptions;
   ++num_preemptions_;
@@ -98,13 +99,22 @@ SchedulerOutput Scheduler::schedule() {
   SchedulerOutput output;
   int64_t budget = config_.max_num_batched_tokens;
 
-  // 1. Running requests: the next chunk of an unfinished prefill, or one decode token.
+  // 1. Running requests: the next chunk of an unfinished prefill, or one decode token and the
+  //    request's drafts.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* request = running_[i];
-    const int64_t num_new = std::min(request->num_tokens() - request->num_computed_tokens, budget);
+    const int64_t computed = request->num_computed_tokens;
+    const int64_t remaining = request->num_tokens() - computed;
+    const int64_t num_new = std::min(remaining, budget);
+    int64_t drafts = 0;
+    if (num_new == remaining) {
+      drafts = std::min({int64_t(request->draft_tokens.size()), budget - num_new, draft_limit(*request)});
+    }
+    // Lookahead slots are taken only from free blocks: drafts never preempt anyone.
+    if (drafts > 0 && !kv_.allocate_slots(request->id, computed + num_new + drafts, nullptr, computed)) drafts = 0;
+    request->draft_tokens.resize(size_t(std::max<int64_t>(drafts, 0)));
     bool scheduled = true;
-    while (!kv_.allocate_slots(request->id, request->num_computed_tokens + num_new, nullptr,
-                               request->num_computed_tokens)) {
+    while (drafts == 0 && !kv_.allocate_slots(request->id, computed + num_new, nullptr, computed)) {
       Request* victim = pick_preemption_victim();
       // A victim already scheduled this step must be unscheduled before its blocks are freed.
       auto it = std::find_if(output.scheduled.begin(), output.scheduled.end(),
@@ -122,10 +132,10 @@ SchedulerOutput Scheduler::schedule() {
       }
     }
     if (!scheduled) continue;  // running_[i] is now the next request
-    output.scheduled.push_back({request, request->num_computed_tokens, num_new,
-                                request->num_computed_tokens + num_new == request->num_tokens()});
-    output.num_scheduled_tokens += num_new;
-    budget -= num_new;
+    const bool reaches_end = computed + num_new == request->num_tokens();
+    output.scheduled.push_back({request, computed, num_new + drafts, drafts, reaches_end ? 1 + drafts : 0});
+    output.num_scheduled_tokens += num_new + drafts;
+    budget -= num_new + drafts;
     ++i;
   }
 
@@ -148,33 +158,74 @@ SchedulerOutput Scheduler::schedule() {
     if (request->num_cached_tokens < 0) request->num_cached_tokens = prefix.num_tokens;
     waiting_.pop_front();
     request->status = RequestStatus::Running;
+    request->draft_tokens.clear();  // an admission computes its prompt (or its recompute) first
     running_.push_back(request);
     output.admitted.push_back(request->id);
-    output.scheduled.push_back({request, request->num_computed_tokens, num_new,
-                                request->num_computed_tokens + num_new == request->num_tokens()});
+    const bool reaches_end = request->num_computed_tokens + num_new == request->num_tokens();
+    output.scheduled.push_back({request, request->num_computed_tokens, num_new, 0, reaches_end ? 1 : 0});
     output.num_scheduled_tokens += num_new;
     budget -= num_new;
   }
   return output;
 }
 
-void Scheduler::update_from_output(const SchedulerOutput& output, std::span<const TokenId> sampled) {
-  size_t next_sample = 0;
-  for (const ScheduledRequest& s : output.scheduled) {
+int64_t Scheduler::draft_limit(const Request& request) const {
+  // Accepting every draft adds drafts + 1 tokens.
+  int64_t limit = request.max_tokens - request.num_output_tokens() - 1;
+  if (!config_.streaming) limit = std::min(limit, config_.max_model_len - request.num_tokens() - 1);
+  return std::max<int64_t>(limit, 0);
+}
+
+void Scheduler::update_from_output(const SchedulerOutput& output,
+                                   std::span<const std::vector<TokenId>> accepted) {
+  if (accepted.size() != output.scheduled.size()) {
+    fail("internal: {} accepted-token lists for {} scheduled requests", accepted.size(), output.scheduled.size());
+  }
+  for (size_t i = 0; i < output.scheduled.size(); ++i) {
+    const ScheduledRequest& s = output.scheduled[i];
     Request* request = s.request;
     if (request->finished()) continue;  // finished by the engine in the meantime
-    request->num_computed_tokens = s.num_computed_tokens + s.num_scheduled_tokens;
-    kv_.cache_computed_blocks(request->id, request->tokens, request->num_computed_tokens);
-    if (!s.sample) continue;
-    if (next_sample >= sampled.size()) fail("internal: fewer sampled tokens than scheduled samples");
-    const TokenId token = sampled[next_sample++];
-    request->tokens.push_back(token);
-    if (!request->ignore_eos && token == request->eos_token) {
-      retire(request, FinishReason::Stop);
-    } else if (request->num_output_tokens() >= request->max_tokens ||
-               (!config_.streaming && request->num_tokens() >= config_.max_model_len)) {
-      retire(request, FinishReason::Length);
+    // Positions computed this step that hold known tokens (the drafts come after them).
+    const int64_t known_end = s.num_computed_tokens + s.num_scheduled_tokens - s.num_draft_tokens;
+    if (!s.samples()) {
+      request->num_computed_tokens = known_end;
+      kv_.cache_computed_blocks(request->id, request->tokens, request->num_computed_tokens);
+      continue;
     }
+    const std::vector<TokenId>& produced = accepted[i];
+    if (produced.empty() || int64_t(produced.size()) > 1 + s.num_draft_tokens) {
+      fail("internal: request {} produced {} tokens from {} drafts", request->id, produced.size(),
+           s.num_draft_tokens);
+    }
+    const int64_t num_accepted = int64_t(produced.size()) - 1;
+    for (int64_t j = 0; j < num_accepted; ++j) {
+      if (produced[size_t(j)] != request->draft_tokens[size_t(j)]) {
+        fail("internal: request {}'s accepted token {} is not its draft", request->id, j);
+      }
+    }
+    request->num_draft_tokens += s.num_draft_tokens;
+    request->num_accepted_tokens += num_accepted;
+    request->draft_tokens.clear();
+    FinishReason reason = FinishReason::None;
+    int64_t appended = 0;
+    for (TokenId token : produced) {
+      request->tokens.push_back(token);
+      ++appended;
+      if (request->is_stop_token(token)) {
+        reason = FinishReason::Stop;
+      } else if (request->num_output_tokens() >= request->max_tokens ||
+                 (!config_.streaming && request->num_tokens() >= config_.max_model_len)) {
+        reason = FinishReason::Length;
+      }
+      if (reason != FinishReason::None) break;  // later tokens of the run are dropped
+    }
+    // The accepted drafts' K/V (positions from known_end on) were computed after the right tokens
+    // and stay; the rejected ones' slots are overwritten by later steps. Roll back first (blocks
+    // past the tokens are freed), then hash: no rejected token reaches the prefix cache.
+    request->num_computed_tokens = known_end + std::min(num_accepted, appended);
+    kv_.trim(request->id, request->num_tokens());
+    kv_.cache_computed_blocks(request->id, request->tokens, request->num_computed_tokens);
+    if (reason != FinishReason::None) retire(request, reason);
   }
 }
 

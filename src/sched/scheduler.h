@@ -40,8 +40,15 @@ struct SchedulerConfig {
 struct ScheduledRequest {
   Request* request = nullptr;
   int64_t num_computed_tokens = 0;   // position of the first scheduled token
+  // Tokens computed this step: request->tokens from num_computed_tokens on, then the request's
+  // num_draft_tokens draft tokens (the last ones).
   int64_t num_scheduled_tokens = 0;
-  bool sample = false;               // reaches the last known token: a new token is sampled
+  int64_t num_draft_tokens = 0;
+  // Logits rows wanted, the last ones of the chunk: 0 mid-prefill; 1 + num_draft_tokens when the
+  // chunk reaches the last known token (row i predicts the token after draft i).
+  int64_t num_logits = 0;
+
+  bool samples() const { return num_logits > 0; }
 };
 
 struct SchedulerOutput {
@@ -64,10 +71,14 @@ class Scheduler {
   void add_request(std::unique_ptr<Request> request);
 
   SchedulerOutput schedule();
-  // Applies a step's results: num_computed_tokens advance; `sampled` holds one token per
-  // scheduled entry with sample == true, in order. Requests that hit EOS, max_tokens or the
-  // context limit finish.
-  void update_from_output(const SchedulerOutput& output, std::span<const TokenId> sampled);
+  // Applies a step's results. `accepted` has one entry per scheduled request, in order: the tokens
+  // that request produced (empty without logits; else the accepted drafts, in order, then the
+  // token sampled after them, so 1 to 1 + num_draft_tokens). Rejected drafts are rolled back
+  // before anything reaches the prefix cache: num_computed_tokens counts only accepted positions,
+  // blocks past the new end are freed, and only then are full blocks hashed. A request finishes
+  // at the first stop token, at max_tokens or at the context limit, and tokens after that point
+  // in an accepted run are dropped.
+  void update_from_output(const SchedulerOutput& output, std::span<const std::vector<TokenId>> accepted);
   // Finishes a request now (stop string, abort, error): it leaves the queues and its blocks are
   // freed. Unknown or already finished ids are ignored.
   void finish_request(RequestId id, FinishReason reason);
@@ -77,6 +88,11 @@ class Scheduler {
   std::vector<RequestId> unfinished_ids() const;
 
   const Request* find(RequestId id) const;
+  // How many drafts the request may have: each accepted draft and the token after them must fit
+  // max_tokens and (unless streaming) the context.
+  int64_t draft_limit(const Request& request) const;
+  // Running requests (admission order), for the engine to attach drafts before schedule().
+  const std::vector<Request*>& running() const { return running_; }
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }

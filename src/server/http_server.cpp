@@ -179,6 +179,7 @@ void HttpServer::Impl::stream_response(std::shared_ptr<CompletionRun> run,
         auto send = [&](const json& chunk) { return write_all(sink, "data: " + dump_json(chunk) + "\n\n"); };
         std::vector<size_t> offsets(size_t(run->num_choices()), 0);
         std::vector<int64_t> completion(size_t(run->num_choices()), 0);
+        std::vector<DraftCounts> drafts(size_t(run->num_choices()));
         int64_t cached = 0;
         bool ok = true;
         for (int i = 0; i < run->num_choices() && ok; ++i) {
@@ -196,6 +197,7 @@ void HttpServer::Impl::stream_response(std::shared_ptr<CompletionRun> run,
           bool wrote = false;
           done = run->pump(kHeartbeat, [&](int choice, GenerationEvent& event) {
             completion[size_t(choice)] = event.completion_tokens;
+            drafts[size_t(choice)] = {event.draft_tokens, event.accepted_draft_tokens};
             if (event.finished && choice % request->n == 0) cached += event.cached_prompt_tokens;
             if (event.finish_reason == FinishReason::Error) failure = event.error;
             if (event.text.empty() && event.tokens.empty() && !event.finished) return;
@@ -214,7 +216,10 @@ void HttpServer::Impl::stream_response(std::shared_ptr<CompletionRun> run,
         } else if (request->include_usage) {
           int64_t total = 0;
           for (int64_t c : completion) total += c;
-          send(usage_chunk(*request, id, created, model, run->prompt_tokens(), total, cached));
+          DraftCounts all;
+          for (const DraftCounts& d : drafts) all.draft_tokens += d.draft_tokens, all.accepted_tokens += d.accepted_tokens;
+          send(usage_chunk(*request, id, created, model, run->prompt_tokens(), total, cached,
+                           engine.speculative() ? &all : nullptr));
         }
         write_all(sink, "data: [DONE]\n\n");
         sink.done();
@@ -234,6 +239,8 @@ void HttpServer::Impl::full_response(std::shared_ptr<CompletionRun> run,
         c.text += event.text;
         for (auto& t : event.tokens) c.tokens.push_back(std::move(t));
         c.completion_tokens = event.completion_tokens;
+        c.draft_tokens = event.draft_tokens;
+        c.accepted_draft_tokens = event.accepted_draft_tokens;
         if (event.finished) {
           c.finish_reason = event.finish_reason;
           c.error = event.error;
@@ -251,7 +258,8 @@ void HttpServer::Impl::full_response(std::shared_ptr<CompletionRun> run,
     if (body.is_null()) {
       body = completion_response(*request, choices, engine.tokenizer(),
                                  random_id(request->endpoint == Endpoint::Completions ? "cmpl-" : "chatcmpl-"),
-                                 int64_t(std::time(nullptr)), options.model_name, run->prompt_tokens(), cached);
+                                 int64_t(std::time(nullptr)), options.model_name, run->prompt_tokens(), cached,
+                                 engine.speculative());
     }
     write_all(sink, dump_json(body));
     sink.done();

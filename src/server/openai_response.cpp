@@ -73,21 +73,29 @@ json chat_logprobs(const std::vector<GeneratedToken>& tokens, const Tokenizer& t
   return {{"content", content}};
 }
 
-json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens, const DraftCounts* drafts) {
+  json usage = {{"prompt_tokens", prompt_tokens},
+                {"completion_tokens", completion_tokens},
+                {"total_tokens", prompt_tokens + completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+  if (drafts != nullptr) {
+    usage["completion_tokens_details"] = {{"accepted_prediction_tokens", drafts->accepted_tokens},
+                                          {"rejected_prediction_tokens", drafts->draft_tokens - drafts->accepted_tokens}};
+  }
+  return usage;
 }
 
 json completion_response(const ParsedRequest& r, const std::vector<ChoiceResult>& choices,
                          const Tokenizer& tokenizer, const std::string& id, int64_t created,
-                         const std::string& model, int64_t prompt_tokens, int64_t cached_tokens) {
+                         const std::string& model, int64_t prompt_tokens, int64_t cached_tokens, bool speculative) {
   json out_choices = json::array();
   int64_t completion_tokens = 0;
+  DraftCounts drafts;
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
     completion_tokens += c.completion_tokens;
+    drafts.draft_tokens += c.draft_tokens;
+    drafts.accepted_tokens += c.accepted_draft_tokens;
     const std::string prefix = r.echo ? r.prompt_texts[i / size_t(r.n)] : "";
     json choice = {{"index", i}, {"logprobs", logprobs_for(r, c.tokens, tokenizer, prefix.size())},
                    {"finish_reason", finish_json(c.finish_reason)}};
@@ -103,7 +111,7 @@ json completion_response(const ParsedRequest& r, const std::vector<ChoiceResult>
           {"created", created},
           {"model", model},
           {"choices", out_choices},
-          {"usage", usage_json(prompt_tokens, completion_tokens, cached_tokens)}};
+          {"usage", usage_json(prompt_tokens, completion_tokens, cached_tokens, speculative ? &drafts : nullptr)}};
 }
 
 json stream_chunk(const ParsedRequest& r, int index, const std::string& text,
@@ -128,9 +136,9 @@ json stream_chunk(const ParsedRequest& r, int index, const std::string& text,
 }
 
 json usage_chunk(const ParsedRequest& r, const std::string& id, int64_t created, const std::string& model,
-                 int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
+                 int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens, const DraftCounts* drafts) {
   return {{"id", id}, {"object", object_name(r, true)}, {"created", created}, {"model", model},
-          {"choices", json::array()}, {"usage", usage_json(prompt_tokens, completion_tokens, cached_tokens)}};
+          {"choices", json::array()}, {"usage", usage_json(prompt_tokens, completion_tokens, cached_tokens, drafts)}};
 }
 
 json error_json(int status, const std::string& message, const std::string& type,

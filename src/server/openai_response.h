@@ -18,6 +18,15 @@ struct ChoiceResult {
   FinishReason finish_reason = FinishReason::None;
   std::string error;
   int64_t completion_tokens = 0;
+  int64_t draft_tokens = 0;           // speculative drafts verified for this choice
+  int64_t accepted_draft_tokens = 0;  // of which accepted
+};
+
+// Speculative decoding's share of a response, reported (when the server speculates) as OpenAI's
+// completion_tokens_details.accepted_prediction_tokens / rejected_prediction_tokens.
+struct DraftCounts {
+  int64_t draft_tokens = 0;
+  int64_t accepted_tokens = 0;
 };
 
 const char* openai_finish_reason(FinishReason reason);
@@ -28,13 +37,15 @@ nlohmann::json completion_logprobs(const std::vector<GeneratedToken>& tokens, co
 // Chat logprobs: {content: [{token, logprob, bytes, top_logprobs: [...]}, ...]}.
 nlohmann::json chat_logprobs(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer);
 
-nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
+// `drafts`: nullptr when the server does not speculate (no completion_tokens_details).
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens,
+                          const DraftCounts* drafts = nullptr);
 
 // A full non-streaming response.
 nlohmann::json completion_response(const ParsedRequest& request, const std::vector<ChoiceResult>& choices,
                                    const Tokenizer& tokenizer, const std::string& id, int64_t created,
                                    const std::string& model, int64_t prompt_tokens,
-                                   int64_t cached_tokens);
+                                   int64_t cached_tokens, bool speculative = false);
 
 // One stream chunk for choice `index` with new text/tokens (finish_reason null unless finished).
 nlohmann::json stream_chunk(const ParsedRequest& request, int index, const std::string& text,
@@ -45,7 +56,7 @@ nlohmann::json stream_chunk(const ParsedRequest& request, int index, const std::
 // The final usage-only chunk (stream_options.include_usage).
 nlohmann::json usage_chunk(const ParsedRequest& request, const std::string& id, int64_t created,
                            const std::string& model, int64_t prompt_tokens,
-                           int64_t completion_tokens, int64_t cached_tokens);
+                           int64_t completion_tokens, int64_t cached_tokens, const DraftCounts* drafts = nullptr);
 
 nlohmann::json error_json(int status, const std::string& message, const std::string& type,
                           const std::string& param, const std::string& code);

@@ -61,6 +61,21 @@ std::string render_prometheus(const MetricsSnapshot& m, const std::string& model
   out += fmt::format("kestrel_request_success_total{{{},finished_reason=\"abort\"}} {}\n", labels, m.requests_abort);
   scalar(out, "kestrel_request_failure_total", "counter", "Requests that failed in the engine.", labels, double(m.requests_error));
   scalar(out, "kestrel_request_rejected_total", "counter", "Requests refused at submission (too long, queue full).", labels, double(m.requests_rejected));
+  if (m.speculative) {
+    // vLLM's spec_decode_* names.
+    scalar(out, "kestrel_spec_decode_num_drafts_total", "counter", "Verifications of at least one draft token.", labels, double(m.spec_num_drafts));
+    scalar(out, "kestrel_spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.", labels, double(m.spec_num_draft_tokens));
+    scalar(out, "kestrel_spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", labels, double(m.spec_num_accepted_tokens));
+    metric_header(out, "kestrel_spec_decode_num_accepted_tokens_per_pos_total", "counter",
+                  "Draft tokens accepted at each position of their run (0 = first draft).");
+    for (size_t i = 0; i < m.spec_accepted_per_position.size(); ++i) {
+      out += fmt::format("kestrel_spec_decode_num_accepted_tokens_per_pos_total{{{},position=\"{}\"}} {}\n", labels, i,
+                         m.spec_accepted_per_position[i]);
+    }
+    scalar(out, "kestrel_spec_decode_mean_acceptance_length", "gauge",
+           "Tokens per verification (accepted drafts + 1), over the server's life.", labels,
+           m.spec_num_drafts > 0 ? 1.0 + double(m.spec_num_accepted_tokens) / double(m.spec_num_drafts) : 0.0);
+  }
   return out;
 }
 

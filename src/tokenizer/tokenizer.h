@@ -86,6 +86,8 @@ class Tokenizer {
   // True for tokens that end generation: EOS, EOT, and control tokens that end a chat turn
   // (<|eot_id|>, <|eom_id|>, <|im_end|>, <|end|>, <end_of_turn>).
   virtual bool is_end_of_generation(TokenId id) const = 0;
+  // Every token id for which is_end_of_generation() is true: the engine stops a request on them.
+  virtual std::vector<TokenId> stop_token_ids() const = 0;
   // Looks a token up by its stored text; -1 if absent.
   virtual TokenId find_token(std::string_view text) const = 0;
 };

@@ -43,6 +43,7 @@ class VocabTokenizer : public Tokenizer {
   std::string decode(std::span<const TokenId> ids, bool render_special) const final;
   const VocabData& vocab() const final { return vocab_; }
   bool is_end_of_generation(TokenId id) const final;
+  std::vector<TokenId> stop_token_ids() const final { return end_of_generation_; }
   TokenId find_token(std::string_view text) const final;
 
  protected:

@@ -53,7 +53,7 @@ class ChatSessionTest : public ::testing::Test {
                                     bool prefix_caching) {
     EngineConfig config = make_chat_engine_config(model, 512, 2);
     config.enable_prefix_caching = prefix_caching;
-    LLMEngine engine(model, config, tokenizer.eos_id());
+    LLMEngine engine(model, config, tokenizer.stop_token_ids());
     ChatSession session(engine, tokenizer, builtin(template_name), options);
     std::vector<Turn> turns;
     for (const std::string& message : messages) {
@@ -144,7 +144,7 @@ TEST_F(ChatSessionTest, SlidingWindowModelReusesBlocksAndMatchesScratch) {
 
 TEST_F(ChatSessionTest, HistoryHoldsTheStreamedReplies) {
   EngineConfig config = make_chat_engine_config(*model_, 512, 2);
-  LLMEngine engine(*model_, config, tokenizer_->eos_id());
+  LLMEngine engine(*model_, config, tokenizer_->stop_token_ids());
   ChatSession session(engine, *tokenizer_, chatml(), greedy(16));
   std::string streamed;
   session.send("Hello", [&](std::string_view text) { streamed += text; });
@@ -161,7 +161,7 @@ TEST_F(ChatSessionTest, HistoryHoldsTheStreamedReplies) {
 TEST_F(ChatSessionTest, OverlongConversationFailsCleanlyAndWorksAfterClear) {
   // A context of 96 tokens: a few turns fill it.
   EngineConfig config = make_chat_engine_config(*model_, 96, 2);
-  LLMEngine engine(*model_, config, tokenizer_->eos_id());
+  LLMEngine engine(*model_, config, tokenizer_->stop_token_ids());
   ChatSession session(engine, *tokenizer_, chatml(), greedy(24));
   bool context_full = false;
   bool cut = false;

@@ -37,7 +37,7 @@ class EngineInvariants : public ::testing::Test {
                                     int64_t* prefix_hits = nullptr) {
     config.num_threads = 2;
     config.max_model_len = 1024;
-    LLMEngine engine(*model_, config, tokenizer_->eos_id());
+    LLMEngine engine(*model_, config, tokenizer_->stop_token_ids());
     std::map<RequestId, size_t> index;
     for (size_t i = 0; i < prompts.size(); ++i) {
       RequestSpec spec;
@@ -140,7 +140,7 @@ TEST_F(EngineInvariants, ParallelSamplingSharesPromptBlocks) {
   EngineConfig config;
   config.num_threads = 2;
   config.max_model_len = 1024;
-  LLMEngine engine(*model_, config, tokenizer_->eos_id());
+  LLMEngine engine(*model_, config, tokenizer_->stop_token_ids());
   RequestSpec spec;
   spec.prompt = prompt;
   spec.max_tokens = 8;
@@ -181,7 +181,7 @@ TEST_F(EngineInvariants, SlidingWindowBlockFreeingIsExactAndBounded) {
     config.num_threads = 2;
     config.max_model_len = 1024;
     config.free_out_of_window_blocks = free_blocks;
-    LLMEngine engine(*model, config, tokenizer_->eos_id());
+    LLMEngine engine(*model, config, tokenizer_->stop_token_ids());
     RequestSpec spec;
     spec.prompt = prompt;
     spec.max_tokens = 300;

@@ -98,7 +98,7 @@ TEST_F(Gemma270M, GreedyEqualsLlamaCppUpToTheFirstNearTie) {
   EngineConfig config;
   config.num_threads = 2;
   config.max_model_len = 512;
-  const auto run = test::generate_greedy(*model_, tokenizer_->eos_id(), config, prompts, decisive);
+  const auto run = test::generate_greedy(*model_, tokenizer_->stop_token_ids(), config, prompts, decisive);
   const auto& outputs = run.outputs;
   for (size_t i = 0; i < cases.size(); ++i) {
     auto expected = (*cases[i])["greedy"][setting].get<std::vector<TokenId>>();

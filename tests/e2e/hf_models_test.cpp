@@ -205,7 +205,7 @@ std::vector<std::vector<TokenId>> generate(const Model& model, const std::vector
   config.num_threads = 2;
   config.max_model_len = 256;
   config.kv_type_k = config.kv_type_v = DType::F32;  // transformers' cache is F32
-  return test::generate_greedy(model, -1, config, prompts, std::vector<int>(prompts.size(), max_tokens)).outputs;
+  return test::generate_greedy(model, {}, config, prompts, std::vector<int>(prompts.size(), max_tokens)).outputs;
 }
 
 TEST_P(HfModel, GreedyTokensMatchTransformers) {

@@ -42,7 +42,7 @@ std::vector<Generated> run(const Model& model, const std::vector<std::vector<Tok
                            int32_t* most_blocks = nullptr) {
   config.num_threads = 2;
   if (config.max_model_len == 0) config.max_model_len = 512;
-  LLMEngine engine(model, config, -1);
+  LLMEngine engine(model, config, {});
   std::map<RequestId, size_t> index;
   for (size_t i = 0; i < prompts.size(); ++i) {
     RequestSpec spec;
@@ -264,7 +264,7 @@ TEST(KvTypeEngineErrors, TypesTheHeadSizeCannotUseFailAtLoad) {
   // The message of the error constructing an engine raises; "" if it is not refused.
   auto refusal = [&](const EngineConfig& config) -> std::string {
     try {
-      LLMEngine engine(*model, config, -1);
+      LLMEngine engine(*model, config, {});
     } catch (const Error& e) {
       return e.what();
     }

@@ -47,7 +47,7 @@ std::vector<std::vector<TokenId>> generate_greedy(const Model& model, const Toke
                                                   int max_tokens, EngineConfig config = {}) {
   config.num_threads = 2;
   config.max_model_len = 512;
-  auto run = test::generate_greedy(model, tokenizer.eos_id(), config, prompts,
+  auto run = test::generate_greedy(model, tokenizer.stop_token_ids(), config, prompts,
                                    std::vector<int>(prompts.size(), max_tokens));
   EXPECT_TRUE(run.all_blocks_free) << "blocks leaked";
   return std::move(run.outputs);
@@ -152,7 +152,7 @@ TEST(Stories260K, PreemptedRequestsGiveTheSameTokens) {
   small.num_kv_blocks = 10;
   small.num_threads = 2;
   small.max_model_len = 512;
-  LLMEngine engine(*model, small, tokenizer->eos_id());
+  LLMEngine engine(*model, small, tokenizer->stop_token_ids());
   std::map<RequestId, std::vector<TokenId>> outputs;
   std::vector<RequestId> ids;
   for (const auto& prompt : prompts) {

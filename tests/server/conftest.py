@@ -17,9 +17,9 @@ MODEL_NAME = "stories260K"
 
 
 class Server:
-    def __init__(self, *extra_args):
+    def __init__(self, *extra_args, model=MODEL):
         self.api_key = None
-        args = [str(KESTREL), "serve", str(MODEL), "--host", "127.0.0.1", "--port", "0", "-t", "2",
+        args = [str(KESTREL), "serve", str(model), "--host", "127.0.0.1", "--port", "0", "-t", "2",
                 "--served-model-name", MODEL_NAME, *extra_args]
         if "--api-key" in extra_args:
             self.api_key = extra_args[extra_args.index("--api-key") + 1]

@@ -106,7 +106,7 @@ TEST_P(GenModelTiny, LoadsWithShapesMetadataStatisticsAndGenerates) {
   config.num_threads = 2;
   config.num_kv_blocks = 8;
   config.max_model_len = 128;
-  LLMEngine engine(*model, config, tokenizer->eos_id());
+  LLMEngine engine(*model, config, tokenizer->stop_token_ids());
   RequestSpec spec;
   spec.prompt = tokenizer->encode("Hello world", true, false);
   spec.max_tokens = 8;

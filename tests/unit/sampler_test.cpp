@@ -25,10 +25,21 @@ TokenId draw(Sampler& sampler, const std::vector<float>& logits,
   return sampler.sample(copy, history).token;
 }
 
+// A draw for the token at `position` (the sampler's uniform numbers are keyed by position; the
+// history holds no real token, so penalties see nothing).
+TokenId draw_at(Sampler& sampler, const std::vector<float>& logits, int position) {
+  return draw(sampler, logits, std::vector<TokenId>(size_t(position), -1));
+}
+
+// Draws at positions 0 .. draws-1 of one seeded sampler.
 std::vector<int> histogram(const SamplingParams& params, const std::vector<float>& logits, int draws) {
   Sampler sampler(params);
   std::vector<int> counts(logits.size(), 0);
-  for (int i = 0; i < draws; ++i) ++counts[size_t(draw(sampler, logits))];
+  std::vector<TokenId> history;
+  for (int i = 0; i < draws; ++i) {
+    ++counts[size_t(draw(sampler, logits, history))];
+    history.push_back(-1);
+  }
   return counts;
 }
 
@@ -89,7 +100,7 @@ TEST(Sampler, SameSeedSameSequenceDifferentSeedDifferentSequence) {
     params.seed = seed;
     Sampler sampler(params);
     std::vector<TokenId> out;
-    for (int i = 0; i < 300; ++i) out.push_back(draw(sampler, logits));
+    for (int i = 0; i < 300; ++i) out.push_back(draw_at(sampler, logits, i));
     return out;
   };
   const std::vector<TokenId> a = sequence(17);

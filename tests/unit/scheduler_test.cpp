@@ -21,7 +21,7 @@ std::unique_ptr<Request> make_request(RequestId id, int64_t prompt_len, int64_t 
   r->num_prompt_tokens = prompt_len;
   r->max_tokens = max_tokens;
   r->priority = priority;
-  r->eos_token = kEos;
+  r->stop_tokens = {kEos};
   return r;
 }
 
@@ -38,14 +38,15 @@ struct FakeEngine {
 
   SchedulerOutput step() {
     SchedulerOutput out = scheduler.schedule();
-    std::vector<TokenId> sampled;
+    std::vector<std::vector<TokenId>> sampled;
     for (const auto& s : out.scheduled) {
       // Slots must cover every scheduled position.
       EXPECT_GE(int64_t(kv.block_table(s.request->id).size()) * kv.block_size(),
                 s.num_computed_tokens + s.num_scheduled_tokens);
-      if (!s.sample) continue;
+      sampled.emplace_back();
+      if (!s.samples()) continue;
       const auto it = eos_after.find(s.request->id);
-      sampled.push_back(it != eos_after.end() && s.request->num_output_tokens() + 1 >= it->second ? kEos : 7);
+      sampled.back().push_back(it != eos_after.end() && s.request->num_output_tokens() + 1 >= it->second ? kEos : 7);
     }
     scheduler.update_from_output(out, sampled);
     for (auto& r : scheduler.take_finished()) finished[r->id] = std::move(r);
@@ -77,7 +78,7 @@ TEST(Scheduler, LongPromptIsPrefilledInChunksWithinTheBudget) {
     EXPECT_LE(out.num_scheduled_tokens, 32);
     for (const auto& s : out.scheduled) {
       chunks.push_back(s.num_scheduled_tokens);
-      samples.push_back(s.sample);
+      samples.push_back(s.samples());
     }
   }
   EXPECT_EQ(chunks, (std::vector<int64_t>{32, 32, 32, 4, 1, 1}));
@@ -256,7 +257,7 @@ TEST(Scheduler, PrefixCacheCoversGeneratedTokensOfFinishedRequests) {
   for (TokenId t : {1, 2, 3}) next->tokens.push_back(t);
   next->num_prompt_tokens = next->num_tokens();
   next->max_tokens = 4;
-  next->eos_token = kEos;
+  next->stop_tokens = {kEos};
   e.scheduler.add_request(std::move(next));
   e.step();
   const Request* r = e.scheduler.find(2);
@@ -354,11 +355,14 @@ TEST(Scheduler, StreamingRunsPastTheContextWithBoundedBlocks) {
   for (int step = 0; step < 5000 && scheduler.has_unfinished(); ++step) {
     const SchedulerOutput out = scheduler.schedule();
     ASSERT_FALSE(out.empty()) << "stalled at step " << step;
-    std::vector<TokenId> sampled;
+    std::vector<std::vector<TokenId>> sampled;
     for (const auto& sr : out.scheduled) {
-      if (sr.sample) sampled.push_back(7);
+      sampled.emplace_back();
+      if (sr.samples()) {
+        sampled.back().push_back(7);
+        ++generated;
+      }
     }
-    generated += int64_t(sampled.size());
     scheduler.update_from_output(out, sampled);
     most_used = std::max(most_used, kv.num_used_blocks());
     for (auto& r : scheduler.take_finished()) done.push_back(std::move(r));

@@ -1,0 +1,150 @@
+#include "engine/speculator.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "engine/kv_capacity.h"
+#include "spec/draft_model_drafter.h"
+#include "spec/ngram_drafter.h"
+
+namespace kestrel {
+namespace {
+
+int64_t kv_bytes_per_token(const Model& model, const EngineConfig& config) {
+  return model.config().n_layer * make_kv_spec(model, config).token_bytes();
+}
+
+// Steps timed at start-up: up to this many tokens (larger steps are extrapolated and then
+// measured as they run).
+constexpr int64_t kCalibrationTokens = 64;
+
+}  // namespace
+
+EngineConfig target_share_of_kv_budget(const Model& target, const EngineConfig& config) {
+  EngineConfig out = config;
+  if (config.spec.method != SpecMethod::DraftModel || config.spec.draft_model == nullptr || config.num_kv_blocks > 0) {
+    return out;
+  }
+  const double t = double(kv_bytes_per_token(target, config));
+  const double d = double(kv_bytes_per_token(*config.spec.draft_model, config));
+  const double share = t / (t + d);
+  if (config.kv_memory_bytes > 0) {
+    out.kv_memory_bytes = int64_t(double(config.kv_memory_bytes) * share);
+  } else {
+    out.kv_memory_fraction = config.kv_memory_fraction * share;
+  }
+  return out;
+}
+
+Speculator::Speculator(const SpecConfig& config, const Model& target, const EngineConfig& engine_config,
+                       ModelRunner& target_runner, KVCacheManager& target_kv, int64_t target_tokens)
+    : config_(config), policy_(config.num_spec_tokens, config.adaptive) {
+  if (config.num_spec_tokens < 0) fail("--spec-tokens must be >= 0, got {}", config.num_spec_tokens);
+  if (config.method == SpecMethod::Ngram) {
+    drafter_ = std::make_unique<NgramDrafter>(config.ngram_min, config.ngram_max);
+  } else if (config.method == SpecMethod::DraftModel) {
+    if (config.draft_model == nullptr) fail("speculative decoding with a draft model needs --draft-model");
+    const Model& draft = *config.draft_model;
+    warning_ = check_draft_model(target, draft);
+    // The draft's cache holds as many tokens as the target's.
+    EngineConfig dc = engine_config;
+    dc.num_kv_blocks = (target_tokens + dc.block_size - 1) / dc.block_size;
+    RunnerConfig rc;
+    rc.num_threads = engine_config.num_threads;
+    rc.kv = make_kv_spec(draft, dc);
+    rc.group_blocks = resolve_kv_group_blocks(draft, dc);
+    const KvLayout layout = draft.kv_layout(rc.kv.rolling_window, rc.kv.sink_tokens);
+    std::vector<KVCacheGroupSpec> groups;
+    for (size_t g = 0; g < layout.group_windows.size(); ++g) {
+      const bool frees = engine_config.free_out_of_window_blocks || layout.group_sinks[g] > 0;
+      groups.push_back({int32_t(rc.group_blocks[g]), frees ? layout.group_windows[g] : 0, frees ? layout.group_sinks[g] : 0});
+    }
+    auto drafter = std::make_unique<DraftModelDrafter>(draft, rc, std::move(groups), dc.block_size,
+                                                       &target_runner.backend(), config.sample_drafts);
+    if (config.adaptive) drafter->calibrate(kCalibrationTokens);
+    drafter_ = std::move(drafter);
+  } else {
+    fail("internal: a speculator without a method");
+  }
+  if (config.adaptive) target_cost_.calibrate(target_runner, target_kv, kCalibrationTokens);
+  stats_.accepted_per_position.assign(size_t(std::max(0, config.num_spec_tokens)), 0);
+}
+
+Speculator::~Speculator() = default;
+
+void Speculator::attach_drafts(const Scheduler& scheduler, const std::unordered_map<RequestId, Sampler*>& samplers,
+                               const std::unordered_map<RequestId, bool>& speculates) {
+  std::vector<Request*> ready;
+  std::vector<int> caps;
+  int64_t other_tokens = 0;
+  for (Request* r : scheduler.running()) {
+    r->draft_tokens.clear();
+    const int64_t pending = r->num_tokens() - r->num_computed_tokens;
+    const auto it = speculates.find(r->id);
+    const int cap = int(std::min<int64_t>(config_.num_spec_tokens, scheduler.draft_limit(*r)));
+    if (pending == 1 && it != speculates.end() && it->second && cap > 0) {
+      ready.push_back(r);
+      caps.push_back(cap);
+    } else {
+      other_tokens += pending;
+    }
+  }
+  other_tokens = std::min(other_tokens, scheduler.config().max_num_batched_tokens);
+  if (ready.empty()) return;
+  std::vector<RequestId> ids;
+  for (Request* r : ready) ids.push_back(r->id);
+
+  std::vector<DraftQuery> queries(ready.size());
+  std::vector<DraftProposal> proposals(ready.size());
+  auto query = [&](size_t i, int max_drafts) {
+    queries[i] = {ready[i]->id, ready[i]->tokens, max_drafts, samplers.at(ready[i]->id)};
+  };
+  std::vector<int> drafts;
+  if (drafter_->cost_seconds(1, 1) == 0.0) {
+    // A free drafter proposes first; the policy then keeps what pays.
+    for (size_t i = 0; i < ready.size(); ++i) query(i, caps[i]);
+    drafter_->propose(queries, proposals);
+    std::vector<int> lengths;
+    for (const DraftProposal& p : proposals) lengths.push_back(int(p.tokens.size()));
+    drafts = policy_.choose(ids, lengths, other_tokens, target_cost_, *drafter_);
+  } else {
+    drafts = policy_.choose(ids, caps, other_tokens, target_cost_, *drafter_);
+    for (size_t i = 0; i < ready.size(); ++i) query(i, drafts[i]);
+    drafter_->propose(queries, proposals);
+  }
+  for (size_t i = 0; i < ready.size(); ++i) {
+    DraftProposal& p = proposals[i];
+    const size_t n = std::min(p.tokens.size(), size_t(std::max(0, drafts[i])));
+    p.tokens.resize(n);
+    if (!p.dists.empty()) p.dists.resize(n);
+    ready[i]->draft_tokens = p.tokens;
+    if (n == 0) {
+      policy_.idle(ids[i]);
+      dists_.erase(ids[i]);
+    } else {
+      dists_[ids[i]] = std::move(p.dists);
+    }
+  }
+}
+
+std::span<const TokenDistribution> Speculator::draft_dists(RequestId id) const {
+  const auto it = dists_.find(id);
+  return it == dists_.end() ? std::span<const TokenDistribution>() : std::span<const TokenDistribution>(it->second);
+}
+
+void Speculator::record(RequestId id, int drafted, int accepted) {
+  if (drafted <= 0) return;
+  policy_.record(id, drafted, accepted);
+  ++stats_.num_drafts;
+  stats_.num_draft_tokens += drafted;
+  stats_.num_accepted_tokens += accepted;
+  for (int i = 0; i < accepted && i < int(stats_.accepted_per_position.size()); ++i) ++stats_.accepted_per_position[size_t(i)];
+}
+
+void Speculator::release(RequestId id) {
+  drafter_->release(id);
+  policy_.release(id);
+  dists_.erase(id);
+}
+
+}  // namespace kestrel

@@ -1,0 +1,143 @@
+#include "spec/draft_model_drafter.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace kestrel {
+
+std::string check_draft_model(const Model& target, const Model& draft) {
+  const int64_t tv = target.config().n_vocab, dv = draft.config().n_vocab;
+  if (tv != dv) {
+    fail("the draft model's vocabulary has {} tokens but the target's has {}: speculative decoding "
+         "needs a draft with the target's vocabulary",
+         dv, tv);
+  }
+  if (draft.weight_bytes() >= target.weight_bytes()) {
+    return fmt::format("the draft model ({:.0f} MiB of weights) is not smaller than the target ({:.0f} MiB): "
+                       "drafting will likely cost more than it saves",
+                       double(draft.weight_bytes()) / (1 << 20), double(target.weight_bytes()) / (1 << 20));
+  }
+  return "";
+}
+
+DraftModelDrafter::DraftModelDrafter(const Model& draft, const RunnerConfig& runner,
+                                     std::vector<KVCacheGroupSpec> groups, int block_size, Backend* shared_backend,
+                                     bool sample_drafts)
+    : model_(draft),
+      kv_(std::move(groups), block_size, /*enable_prefix_caching=*/true),
+      runner_(draft, runner, shared_backend),
+      sample_drafts_(sample_drafts) {}
+
+void DraftModelDrafter::release(RequestId id) {
+  kv_.free(id);
+  sequences_.erase(id);
+}
+
+double DraftModelDrafter::cost_seconds(int64_t num_requests, int num_drafts) const {
+  if (num_drafts <= 0) return 0.0;
+  // The first round also catches up on the last step's accepted tokens (about two per request).
+  return cost_.seconds(2 * num_requests) + double(num_drafts - 1) * cost_.seconds(num_requests);
+}
+
+std::span<float> DraftModelDrafter::run(std::span<const SequenceChunk> chunks) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::span<float> logits = runner_.execute(chunks);
+  int64_t tokens = 0;
+  for (const SequenceChunk& c : chunks) tokens += int64_t(c.tokens.size());
+  cost_.observe(tokens, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return logits;
+}
+
+void DraftModelDrafter::propose(std::span<const DraftQuery> queries, std::span<DraftProposal> out) {
+  const size_t n_vocab = size_t(model_.config().n_vocab);
+  // Per query: the sequence the draft extends (the request's tokens, then its drafts so far).
+  std::vector<std::vector<TokenId>> seqs(queries.size());
+  std::vector<size_t> active;
+  std::vector<int64_t> first;  // first position each active query computes this round
+  for (size_t i = 0; i < queries.size(); ++i) {
+    out[i].tokens.clear();
+    out[i].dists.clear();
+    const DraftQuery& q = queries[i];
+    if (q.max_drafts <= 0 || q.tokens.empty()) continue;
+    Sequence& seq = sequences_[q.id];
+    // K/V survive for the common prefix of what was fed and the request's tokens; the last token
+    // is always computed again (its logits give the first draft).
+    const auto mismatch = std::mismatch(seq.fed.begin(), seq.fed.end(), q.tokens.begin(), q.tokens.end());
+    int64_t common = std::min<int64_t>(mismatch.first - seq.fed.begin(), int64_t(q.tokens.size()) - 1);
+    // A sequence new to the draft starts from whatever of its prompt the draft's prefix cache has
+    // (shared system prompts, n > 1, and requests the draft saw before a preemption).
+    CachedPrefix prefix;
+    if (common == 0) {
+      kv_.free(q.id);
+      prefix = kv_.find_cached_prefix(q.tokens.first(q.tokens.size() - 1));
+      common = prefix.num_tokens;
+      seq.fed.assign(q.tokens.begin(), q.tokens.begin() + common);
+    }
+    seq.fed.resize(size_t(common));
+    kv_.trim(q.id, common);
+    if (!kv_.allocate_slots(q.id, int64_t(q.tokens.size()), prefix.num_tokens > 0 ? &prefix : nullptr, common)) {
+      release(q.id);  // no room in the draft's cache: no drafts for it this step
+      continue;
+    }
+    seqs[i].assign(q.tokens.begin(), q.tokens.end());
+    active.push_back(i);
+    first.push_back(common);
+  }
+  TokenDistribution dist;
+  for (int round = 0; !active.empty(); ++round) {
+    std::vector<SequenceChunk> chunks;
+    chunks.reserve(active.size());
+    for (size_t a = 0; a < active.size(); ++a) {
+      const size_t i = active[a];
+      SequenceChunk chunk;
+      chunk.tokens = std::span<const TokenId>(seqs[i]).subspan(size_t(first[a]));
+      chunk.start_position = first[a];
+      for (int g = 0; g < kv_.num_groups(); ++g) chunk.block_tables.push_back(kv_.block_table(queries[i].id, g));
+      chunk.logits_from = int64_t(chunk.tokens.size()) - 1;
+      chunks.push_back(chunk);
+    }
+    const std::span<float> logits = run(chunks);
+    std::vector<size_t> next_active;
+    std::vector<int64_t> next_first;
+    for (size_t a = 0; a < active.size(); ++a) {
+      const size_t i = active[a];
+      const DraftQuery& q = queries[i];
+      Sequence& seq = sequences_[q.id];
+      seq.fed.insert(seq.fed.end(), seqs[i].begin() + first[a], seqs[i].end());
+      kv_.cache_computed_blocks(q.id, seq.fed, int64_t(seq.fed.size()));
+      const std::span<float> row = logits.subspan(a * n_vocab, n_vocab);
+      // The request's own processors shape q, as they shape the target's p.
+      q.sampler->distribution(row, seqs[i], &dist);
+      const bool sample = sample_drafts_ && !dist.one_hot();
+      TokenId token;
+      if (sample) {
+        token = draw_token(dist, q.sampler->uniform(int64_t(seqs[i].size()), 3));
+        out[i].dists.push_back(dist);
+      } else {
+        token = dist.one_hot() ? dist.token
+                               : TokenId(std::max_element(dist.probs.begin(), dist.probs.end()) - dist.probs.begin());
+      }
+      out[i].tokens.push_back(token);
+      seqs[i].push_back(token);
+      // Another round for this request if it wants more drafts and its cache has room.
+      if (int(out[i].tokens.size()) < q.max_drafts &&
+          kv_.allocate_slots(q.id, int64_t(seqs[i].size()), nullptr, int64_t(seqs[i].size()) - 1)) {
+        next_active.push_back(i);
+        next_first.push_back(int64_t(seqs[i].size()) - 1);
+      }
+    }
+    active.swap(next_active);
+    first.swap(next_first);
+  }
+  // Mixed proposals (greedy and sampled rounds) cannot happen: a request samples in every round
+  // or in none. Keep dists either complete or empty.
+  for (size_t i = 0; i < queries.size(); ++i) {
+    if (!out[i].dists.empty() && out[i].dists.size() != out[i].tokens.size()) fail("internal: partial draft distributions");
+  }
+}
+
+}  // namespace kestrel

@@ -1,0 +1,58 @@
+// Drafting with a separate, smaller model that shares the target's vocabulary (Qwen2.5-Coder 0.5B
+// for 1.5B). The draft keeps its own paged K/V (its own block pool and tables, sized for as many
+// tokens as the target's cache) and computes on the target's backend and thread pool. Each round
+// it first catches up on the tokens the target accepted since its last proposal (dropping the K/V
+// of its rejected drafts: the common prefix of what it fed and the request's tokens survives),
+// then runs k one-token steps for every drafting request at once.
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+#include "model/model.h"
+#include "runner/model_runner.h"
+#include "spec/drafter.h"
+#include "spec/step_cost.h"
+
+namespace kestrel {
+
+// A clear error when the draft cannot serve the target: vocabularies of different sizes (both
+// named). Returns a warning ("" if none) when the draft is not smaller than the target.
+std::string check_draft_model(const Model& target, const Model& draft);
+
+class DraftModelDrafter final : public Drafter {
+ public:
+  // `groups` and `runner` describe the draft's KV cache (kv_capacity.h sizes them).
+  // sample_drafts: requests that sample draw their drafts from the draft's processed distribution
+  // q (verified by rejection sampling); otherwise every draft is the draft's most likely token
+  // (one-hot q: the output is then token for token what plain decoding gives).
+  DraftModelDrafter(const Model& draft, const RunnerConfig& runner, std::vector<KVCacheGroupSpec> groups,
+                    int block_size, Backend* shared_backend, bool sample_drafts);
+
+  void propose(std::span<const DraftQuery> queries, std::span<DraftProposal> out) override;
+  void release(RequestId id) override;
+  double cost_seconds(int64_t num_requests, int num_drafts) const override;
+  const char* name() const override { return "draft"; }
+
+  // Measures the draft's step costs (once, at start-up).
+  void calibrate(int64_t max_tokens) { cost_.calibrate(runner_, kv_, max_tokens); }
+  const KVCacheManager& kv() const { return kv_; }
+
+ private:
+  struct Sequence {
+    std::vector<TokenId> fed;  // tokens whose K/V are in the draft's cache, positions 0..
+  };
+  // One forward over `chunks` of the active requests; returns the logits (one row per chunk).
+  std::span<float> run(std::span<const SequenceChunk> chunks);
+
+  const Model& model_;
+  KVCacheManager kv_;
+  ModelRunner runner_;
+  bool sample_drafts_;
+  std::unordered_map<RequestId, Sequence> sequences_;
+  StepCostModel cost_;
+};
+
+}  // namespace kestrel

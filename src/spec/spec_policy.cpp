@@ -1,0 +1,81 @@
+#include "spec/spec_policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+
+namespace kestrel {
+
+double expected_tokens(double alpha, int k) {
+  double total = 0.0, term = 1.0;
+  for (int i = 0; i <= k; ++i, term *= alpha) total += term;
+  return total;
+}
+
+SpecPolicy::SpecPolicy(int max_drafts, bool adaptive) : max_drafts_(max_drafts), adaptive_(adaptive) {}
+
+double SpecPolicy::acceptance(RequestId id) const {
+  const auto it = stats_.find(id);
+  const Stats s = it == stats_.end() ? Stats{} : it->second;
+  return std::clamp(s.accepted / s.tried, 0.0, 0.99);
+}
+
+void SpecPolicy::record(RequestId id, int drafted, int accepted) {
+  if (drafted <= 0) return;
+  Stats& s = stats_[id];
+  // Trials of a geometric model: every accepted draft, plus the rejected one if any.
+  const double tried = accepted < drafted ? accepted + 1 : accepted;
+  constexpr double kDecay = 0.7;
+  s.accepted = kDecay * s.accepted + accepted;
+  s.tried = kDecay * s.tried + tried;
+}
+
+void SpecPolicy::idle(RequestId id) {
+  Stats& s = stats_[id];
+  constexpr double kDrift = 0.97;
+  s.accepted = kDrift * s.accepted + (1 - kDrift) * 2 * kPrior;
+  s.tried = kDrift * s.tried + (1 - kDrift) * 2.0;
+}
+
+std::vector<int> SpecPolicy::choose(std::span<const RequestId> ids, std::span<const int> caps, int64_t other_tokens,
+                                    const StepCostModel& target, const Drafter& drafter) {
+  const size_t b = ids.size();
+  std::vector<int> drafts(b, 0);
+  if (b == 0) return drafts;
+  if (!adaptive_ || !target.calibrated()) {
+    for (size_t i = 0; i < b; ++i) drafts[i] = std::min(caps[i], max_drafts_);
+    return drafts;
+  }
+  std::vector<size_t> order(b);
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<double> alpha(b);
+  for (size_t i = 0; i < b; ++i) alpha[i] = acceptance(ids[i]);
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return alpha[x] > alpha[y]; });
+
+  const double plain_rate = double(b) / std::max(1e-9, target.seconds(other_tokens + int64_t(b)));
+  double best_rate = plain_rate * kMargin;
+  int best_k = 0;
+  size_t best_m = 0;
+  for (int k = 1; k <= max_drafts_; ++k) {
+    double tokens = double(b);  // the m best draft, the others decode one token
+    int64_t draft_tokens = 0;
+    for (size_t m = 1; m <= b; ++m) {
+      const size_t i = order[m - 1];
+      const int ki = std::min(k, caps[i]);
+      tokens += expected_tokens(alpha[i], ki) - 1.0;
+      draft_tokens += ki;
+      const double cost = target.seconds(other_tokens + int64_t(b) + draft_tokens) + drafter.cost_seconds(int64_t(m), k);
+      const double rate = tokens / std::max(1e-9, cost);
+      if (rate > best_rate) {
+        best_rate = rate;
+        best_k = k;
+        best_m = m;
+      }
+    }
+  }
+  for (size_t m = 0; m < best_m; ++m) drafts[order[m]] = std::min(best_k, caps[order[m]]);
+  return drafts;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,54 @@
+// The adaptive policy: how many drafts each speculating request gets this step, or none. Per
+// request, the acceptance rate is an exponential moving average of its verifications (the
+// per-draft acceptance probability alpha of a geometric model: k drafts yield
+// (1 - alpha^(k+1)) / (1 - alpha) tokens). Per step, the draft length k and the set of requests
+// that draft (the ones with the best acceptance first) maximise the expected tokens per second
+// under the measured step costs (the target's verify cost at the step's token count, the
+// drafter's cost), against plain decoding; speculation runs only where it is expected to beat
+// plain decoding by a margin (large batches, low acceptance and short outputs turn it off).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+#include "spec/drafter.h"
+#include "spec/step_cost.h"
+
+namespace kestrel {
+
+class SpecPolicy {
+ public:
+  SpecPolicy(int max_drafts, bool adaptive);
+
+  // Drafts for each request of `ids` (requests ready to decode that speculate), at most caps[i]
+  // each; `other_tokens` are the step's prefill tokens.
+  std::vector<int> choose(std::span<const RequestId> ids, std::span<const int> caps, int64_t other_tokens,
+                          const StepCostModel& target, const Drafter& drafter);
+  // A verification of `drafted` drafts accepted `accepted`.
+  void record(RequestId id, int drafted, int accepted);
+  // A step in which the request did not draft: its estimate drifts back toward the prior, so a
+  // request turned off is tried again later.
+  void idle(RequestId id);
+  void release(RequestId id) { stats_.erase(id); }
+  double acceptance(RequestId id) const;
+
+  static constexpr double kPrior = 0.6;   // acceptance assumed before any verification
+  static constexpr double kMargin = 1.05; // expected speed-up required to speculate
+
+ private:
+  struct Stats {
+    double accepted = 2 * kPrior;  // pseudo-counts: the prior weighs as two trials
+    double tried = 2.0;
+  };
+  int max_drafts_;
+  bool adaptive_;
+  std::unordered_map<RequestId, Stats> stats_;
+};
+
+// Expected tokens a verification of k drafts yields with per-draft acceptance alpha.
+double expected_tokens(double alpha, int k);
+
+}  // namespace kestrel

@@ -242,35 +242,38 @@ def main():
     ap.add_argument("--no-prefix-test", action="store_true")
     ap.add_argument("--vocab", type=int, default=500, help="token ids to draw from")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--server-configs", nargs="+", default=[""],
+                    help="extra `kestrel serve` arguments per configuration, e.g. '' '--spec ngram' "
+                         "'--draft-model D' (each is run with every KV type and scheduler)")
     args = ap.parse_args()
 
     common = ["-t", str(args.threads), "--ctx", str(args.ctx), "--kv-memory-mib", str(args.kv_memory_mib),
               "--max-num-seqs", str(args.max_num_seqs), "--max-queue", "100000"]
     rows = []
-    for kv_type in args.kv_types:
-        for scheduler in args.schedulers:
-            server = Server(args.kestrel, args.model, common + ["--scheduler", scheduler, "--kv-type", kv_type])
-            try:
-                levels = [None] if args.workload == "sharegpt" else args.concurrency
-                for c in levels:
-                    peak = PeakBlocks(server)
-                    preempt_before = server.metric("kestrel_num_preemptions_total")
-                    if args.workload == "sharegpt":
-                        reqs = sharegpt_requests(args.num_requests, random.Random(args.seed), args.max_prompt,
-                                                 args.max_output, args.vocab)
-                        results, elapsed = run_open_loop(server, reqs, args.rate, args.seed)
-                    else:
-                        results, elapsed = run_closed_loop(server, c, args.requests_per_client, args.prompt_len,
-                                                           args.max_tokens, args.vocab, c)
-                    r = summarize(results, elapsed, args.slo_ttft, args.slo_tpot)
-                    r.update(kv_type=kv_type, scheduler=scheduler, clients=c if c else f"{args.rate}/s",
-                             peak_blocks=peak.stop(), blocks=server.blocks, kv_tokens=server.kv_tokens,
-                             kv_per_token=server.kv_per_token,
-                             preemptions=server.metric("kestrel_num_preemptions_total") - preempt_before)
-                    rows.append(r)
-                    print(json.dumps(r), flush=True)
-            finally:
-                server.stop()
+    for kv_type, scheduler, config in [(k, s, c) for c in args.server_configs for k in args.kv_types
+                                       for s in args.schedulers]:
+        server = Server(args.kestrel, args.model, common + ["--scheduler", scheduler, "--kv-type", kv_type] + config.split())
+        try:
+            levels = [None] if args.workload == "sharegpt" else args.concurrency
+            for c in levels:
+                peak = PeakBlocks(server)
+                preempt_before = server.metric("kestrel_num_preemptions_total")
+                if args.workload == "sharegpt":
+                    reqs = sharegpt_requests(args.num_requests, random.Random(args.seed), args.max_prompt,
+                                             args.max_output, args.vocab)
+                    results, elapsed = run_open_loop(server, reqs, args.rate, args.seed)
+                else:
+                    results, elapsed = run_closed_loop(server, c, args.requests_per_client, args.prompt_len,
+                                                       args.max_tokens, args.vocab, c)
+                r = summarize(results, elapsed, args.slo_ttft, args.slo_tpot)
+                r.update(kv_type=kv_type + (f" {config}" if config else ""), scheduler=scheduler, clients=c if c else f"{args.rate}/s",
+                         peak_blocks=peak.stop(), blocks=server.blocks, kv_tokens=server.kv_tokens,
+                         kv_per_token=server.kv_per_token,
+                         preemptions=server.metric("kestrel_num_preemptions_total") - preempt_before)
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+        finally:
+            server.stop()
 
     print(f"\n{args.workload} workload; goodput: TTFT <= {args.slo_ttft} s and TPOT <= {1000 * args.slo_tpot:.0f} ms\n")
     print("| KV type | scheduler | clients / rate | requests | output tok/s | goodput req/s (tok/s) | TTFT p50 / p99 (s) "

@@ -15,27 +15,43 @@ double expected_tokens(double alpha, int k) {
 
 SpecPolicy::SpecPolicy(int max_drafts, bool adaptive) : max_drafts_(max_drafts), adaptive_(adaptive) {}
 
+SpecPolicy::Stats& SpecPolicy::stats(RequestId id) {
+  const auto it = stats_.find(id);
+  if (it != stats_.end()) return it->second;
+  // A new request starts from the engine-wide estimate, weighed as two trials.
+  Stats s;
+  const double alpha = global_.accepted / global_.tried;
+  s.accepted = 2 * alpha;
+  s.tried = 2.0;
+  return stats_.emplace(id, s).first->second;
+}
+
 double SpecPolicy::acceptance(RequestId id) const {
   const auto it = stats_.find(id);
-  const Stats s = it == stats_.end() ? Stats{} : it->second;
+  const Stats& s = it == stats_.end() ? global_ : it->second;
   return std::clamp(s.accepted / s.tried, 0.0, 0.99);
 }
 
 void SpecPolicy::record(RequestId id, int drafted, int accepted) {
   if (drafted <= 0) return;
-  Stats& s = stats_[id];
+  Stats& s = stats(id);
   // Trials of a geometric model: every accepted draft, plus the rejected one if any.
   const double tried = accepted < drafted ? accepted + 1 : accepted;
-  constexpr double kDecay = 0.7;
+  constexpr double kDecay = 0.7, kGlobalDecay = 0.95;
   s.accepted = kDecay * s.accepted + accepted;
   s.tried = kDecay * s.tried + tried;
+  s.idle_steps = 0;
+  global_.accepted = kGlobalDecay * global_.accepted + accepted;
+  global_.tried = kGlobalDecay * global_.tried + tried;
 }
 
 void SpecPolicy::idle(RequestId id) {
-  Stats& s = stats_[id];
+  Stats& s = stats(id);
   constexpr double kDrift = 0.97;
-  s.accepted = kDrift * s.accepted + (1 - kDrift) * 2 * kPrior;
+  const double alpha = global_.accepted / global_.tried;
+  s.accepted = kDrift * s.accepted + (1 - kDrift) * 2 * alpha;
   s.tried = kDrift * s.tried + (1 - kDrift) * 2.0;
+  ++s.idle_steps;
 }
 
 std::vector<int> SpecPolicy::choose(std::span<const RequestId> ids, std::span<const int> caps, int64_t other_tokens,
@@ -75,6 +91,10 @@ std::vector<int> SpecPolicy::choose(std::span<const RequestId> ids, std::span<co
     }
   }
   for (size_t m = 0; m < best_m; ++m) drafts[order[m]] = std::min(best_k, caps[order[m]]);
+  // Requests left idle for long are probed with a short draft, so their estimate stays measured.
+  for (size_t i = 0; i < b; ++i) {
+    if (drafts[i] == 0 && stats(ids[i]).idle_steps >= kProbeSteps) drafts[i] = std::min(kProbeDrafts, caps[i]);
+  }
   return drafts;
 }
 

@@ -29,22 +29,28 @@ class SpecPolicy {
                           const StepCostModel& target, const Drafter& drafter);
   // A verification of `drafted` drafts accepted `accepted`.
   void record(RequestId id, int drafted, int accepted);
-  // A step in which the request did not draft: its estimate drifts back toward the prior, so a
-  // request turned off is tried again later.
+  // A step in which the request did not draft: its estimate drifts toward the engine-wide one,
+  // and after kProbeSteps such steps choose() probes it with a short draft (so a request turned
+  // off is measured again, at a bounded cost).
   void idle(RequestId id);
   void release(RequestId id) { stats_.erase(id); }
   double acceptance(RequestId id) const;
 
-  static constexpr double kPrior = 0.6;   // acceptance assumed before any verification
-  static constexpr double kMargin = 1.05; // expected speed-up required to speculate
+  static constexpr double kPrior = 0.8;    // engine-wide acceptance assumed before any verification
+  static constexpr double kMargin = 1.05;  // expected speed-up required to speculate
+  static constexpr int kProbeSteps = 32;   // idle steps before a request is probed
+  static constexpr int kProbeDrafts = 2;
 
  private:
   struct Stats {
     double accepted = 2 * kPrior;  // pseudo-counts: the prior weighs as two trials
     double tried = 2.0;
+    int idle_steps = 0;
   };
+  Stats& stats(RequestId id);
   int max_drafts_;
   bool adaptive_;
+  Stats global_;  // every verification (slower decay): new requests start from it
   std::unordered_map<RequestId, Stats> stats_;
 };
 

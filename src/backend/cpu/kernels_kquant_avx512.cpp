@@ -141,7 +141,7 @@ inline __m512 lane_d(const uint8_t* act) { return _mm512_set1_ps(load_f32(act + 
 template <bool kFiveBit>
 struct Q45KKernel {
   static constexpr int64_t kBlockBytes = kFiveBit ? 176 : 144, kStepBytes = kBlockBytes;
-  static constexpr int kRows = 8, kTokens = 2, kDecodeRows = 4, kPackSteps = 8;
+  static constexpr int kRows = 8, kTokens = 2, kDecodeRows = 4, kPackSteps = 8, kSmallBatchRows = 2;
   static constexpr DwordIndex kGather[4] = {q4k_gather(0), q4k_gather(1), q4k_gather(2), q4k_gather(3)};
   static constexpr QwordMatrix kNibbles = q4k_nibbles();
   static constexpr DwordIndex kHighGather[4] = {q5k_high_gather(0), q5k_high_gather(1), q5k_high_gather(2),
@@ -201,7 +201,7 @@ struct Q45KKernel {
 
 struct Q6KKernel {
   static constexpr int64_t kBlockBytes = 210, kStepBytes = 210;
-  static constexpr int kRows = 8, kTokens = 2, kDecodeRows = 4, kPackSteps = 8;
+  static constexpr int kRows = 8, kTokens = 2, kDecodeRows = 4, kPackSteps = 8, kSmallBatchRows = 2;
   static constexpr DwordIndex kLowGather[4] = {q6k_low_gather(0), q6k_low_gather(1), q6k_low_gather(2),
                                                q6k_low_gather(3)};
   static constexpr DwordIndex kHighGather[4] = {q6k_high_gather(0), q6k_high_gather(1), q6k_high_gather(2),

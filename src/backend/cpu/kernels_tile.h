@@ -289,10 +289,12 @@ void small_batch_rows(const uint8_t* w, int64_t w_stride, const uint8_t* a, int6
   }
 }
 
-template <class K>
-void small_batch(const uint8_t* weights, int64_t weight_row_bytes, int64_t rows, const uint8_t* activations,
-                 int64_t act_row_bytes, int64_t n, int64_t k, float* y, int64_t y_stride) {
-  constexpr int D = K::kDecodeRows;
+// Rows per small-batch tile: K::kDecodeRows for two tokens; from three tokens on, formats whose
+// decoded step takes many registers set K::kSmallBatchRows (fewer rows), so that the decoded
+// weights and every token's sums stay in registers.
+template <class K, int D>
+void small_batch_with(const uint8_t* weights, int64_t weight_row_bytes, int64_t rows, const uint8_t* activations,
+                      int64_t act_row_bytes, int64_t n, int64_t k, float* y, int64_t y_stride) {
   int64_t r = 0;
   for (; r + D <= rows; r += D) {
     small_batch_rows<K, D>(weights + r * weight_row_bytes, weight_row_bytes, activations, act_row_bytes, n, k, y + r,
@@ -302,6 +304,19 @@ void small_batch(const uint8_t* weights, int64_t weight_row_bytes, int64_t rows,
     small_batch_rows<K, 1>(weights + r * weight_row_bytes, weight_row_bytes, activations, act_row_bytes, n, k, y + r,
                            y_stride);
   }
+}
+
+template <class K>
+void small_batch(const uint8_t* weights, int64_t weight_row_bytes, int64_t rows, const uint8_t* activations,
+                 int64_t act_row_bytes, int64_t n, int64_t k, float* y, int64_t y_stride) {
+  if constexpr (requires { K::kSmallBatchRows; }) {
+    if (n > 2) {
+      small_batch_with<K, K::kSmallBatchRows>(weights, weight_row_bytes, rows, activations, act_row_bytes, n, k, y,
+                                              y_stride);
+      return;
+    }
+  }
+  small_batch_with<K, K::kDecodeRows>(weights, weight_row_bytes, rows, activations, act_row_bytes, n, k, y, y_stride);
 }
 
 // The MatmulTileFn of format K (see kernels.h).

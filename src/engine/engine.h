@@ -1,5 +1,5 @@
-// LLMEngine: the step loop schedule -> run -> sample -> update over one model. Single-threaded;
-// callers drive step() (the CLI) or run it on an engine thread (the server).
+// LLMEngine: the step loop (attach drafts ->) schedule -> run -> sample or verify -> update over one
+// model. Single-threaded; callers drive step() (the CLI) or run it on an engine thread (the server).
 #pragma once
 
 #include <cstdint>

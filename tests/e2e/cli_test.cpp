@@ -93,6 +93,34 @@ TEST(Cli, InfoShowsArchitectureAndMemoryPlan) {
   EXPECT_NE(f32.out.find("KV cache per token: 1.25 KiB (f32 K and V"), std::string::npos) << f32.out;
 }
 
+TEST(Cli, SpeculativeAndSamplingOptionErrorsAreClear) {
+  const CommandResult missing = run_kestrel("run " + kStories + " -n 4 --draft-model /nonexistent/draft.gguf");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("draft model: "), std::string::npos) << missing.err;
+  EXPECT_NE(missing.err.find("/nonexistent/draft.gguf"), std::string::npos) << missing.err;
+  const CommandResult mismatch = run_kestrel("run " + kStories + " -n 4 --draft-model " + test::default_model_path());
+  EXPECT_EQ(mismatch.exit_code, 1);
+  EXPECT_NE(mismatch.err.find("the draft model's vocabulary has 262144 tokens but the target's has 512"), std::string::npos)
+      << mismatch.err;
+  const CommandResult no_model = run_kestrel("run " + kStories + " -n 4 --spec draft");
+  EXPECT_EQ(no_model.exit_code, 1);
+  EXPECT_NE(no_model.err.find("--spec draft needs --draft-model"), std::string::npos) << no_model.err;
+  const CommandResult temp = run_kestrel("run " + kStories + " -n 4 --temp -1");
+  EXPECT_EQ(temp.exit_code, 1);
+  EXPECT_NE(temp.err.find("temperature must be a number >= 0"), std::string::npos) << temp.err;
+  const CommandResult penalty = run_kestrel("run " + kStories + " -n 4 --repeat-penalty 0");
+  EXPECT_EQ(penalty.exit_code, 1);
+  EXPECT_NE(penalty.err.find("repetition_penalty must be > 0"), std::string::npos) << penalty.err;
+  // A larger draft than the target: a warning, and generation goes on.
+  const CommandResult larger = run_kestrel("run " + kStories + " -n 8 --temp 0 --draft-model " + kStories);
+  EXPECT_EQ(larger.exit_code, 0) << larger.err;
+  EXPECT_NE(larger.err.find("warning: the draft model"), std::string::npos) << larger.err;
+  EXPECT_NE(larger.err.find("speculative (draft)"), std::string::npos) << larger.err;
+  const CommandResult off = run_kestrel("run " + kStories + " -n 8 --temp 0 --spec ngram --spec-tokens 0");
+  EXPECT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(off.err.find("speculative"), std::string::npos) << off.err;
+}
+
 TEST(Cli, KvTypeErrorsListTheTypesOrNameTheHeadSize) {
   const CommandResult unknown = run_kestrel("run " + kStories + " -n 4 --kv-type q3_k");
   EXPECT_EQ(unknown.exit_code, 1);

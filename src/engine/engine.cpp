@@ -21,34 +21,13 @@ SchedulerConfig make_scheduler_config(const Model& model, const EngineConfig& co
   return s;
 }
 
-RunnerConfig make_runner_config(const Model& model, const EngineConfig& config, KvCapacity& capacity) {
-  RunnerConfig r;
-  r.num_threads = config.num_threads;
-  r.kv = make_kv_spec(model, config);
-  r.group_blocks = resolve_kv_group_blocks(model, config, &capacity);
-  return r;
-}
-
-std::vector<KVCacheGroupSpec> make_kv_groups(const RunnerConfig& runner, const KvLayout& layout,
-                                             const EngineConfig& config) {
-  std::vector<KVCacheGroupSpec> groups;
-  for (size_t g = 0; g < layout.group_windows.size(); ++g) {
-    const bool frees = config.free_out_of_window_blocks || layout.group_sinks[g] > 0;
-    groups.push_back({int32_t(runner.group_blocks[g]), frees ? layout.group_windows[g] : 0,
-                      frees ? layout.group_sinks[g] : 0});
-  }
-  return groups;
-}
-
 }  // namespace
 
 LLMEngine::LLMEngine(const Model& model, const EngineConfig& config, std::vector<TokenId> stop_tokens)
     : model_(model),
       stop_tokens_(std::move(stop_tokens)),
-      runner_config_(make_runner_config(model, target_share_of_kv_budget(model, config), kv_capacity_)),
-      kv_(make_kv_groups(runner_config_, model.kv_layout(runner_config_.kv.rolling_window, runner_config_.kv.sink_tokens),
-                         config),
-          config.block_size, config.enable_prefix_caching),
+      runner_config_(make_runner_config(model, target_share_of_kv_budget(model, config), &kv_capacity_)),
+      kv_(make_kv_groups(model, runner_config_, config), config.block_size, config.enable_prefix_caching),
       runner_(model, runner_config_),
       scheduler_(make_scheduler_config(model, config), kv_) {
   if (config.spec.enabled()) {
@@ -124,13 +103,10 @@ std::vector<TokenId> LLMEngine::produce(const ScheduledRequest& s, std::span<flo
 std::vector<RequestOutput> LLMEngine::step() {
   std::vector<RequestOutput> outputs;
   if (speculator_) {
-    std::unordered_map<RequestId, Sampler*> samplers;
-    std::unordered_map<RequestId, bool> speculates;
-    for (auto& [id, state] : states_) {
-      samplers[id] = &state.sampler;
-      speculates[id] = state.speculate;
-    }
-    speculator_->attach_drafts(scheduler_, samplers, speculates);
+    speculator_->attach_drafts(scheduler_, [this](RequestId id) -> Sampler* {
+      RequestState& state = states_.at(id);
+      return state.speculate ? &state.sampler : nullptr;
+    });
   }
   const SchedulerOutput plan = scheduler_.schedule();
   last_step_ = {plan.num_scheduled_tokens, int64_t(plan.scheduled.size()),

@@ -150,4 +150,27 @@ std::vector<int64_t> resolve_kv_group_blocks(const Model& model, const EngineCon
   return blocks;
 }
 
+int64_t kv_bytes_per_token(const Model& model, const EngineConfig& config) {
+  return model.config().n_layer * make_kv_spec(model, config).token_bytes();
+}
+
+RunnerConfig make_runner_config(const Model& model, const EngineConfig& config, KvCapacity* capacity) {
+  RunnerConfig r;
+  r.num_threads = config.num_threads;
+  r.kv = make_kv_spec(model, config);
+  r.group_blocks = resolve_kv_group_blocks(model, config, capacity);
+  return r;
+}
+
+std::vector<KVCacheGroupSpec> make_kv_groups(const Model& model, const RunnerConfig& runner, const EngineConfig& config) {
+  const KvLayout layout = model.kv_layout(runner.kv.rolling_window, runner.kv.sink_tokens);
+  std::vector<KVCacheGroupSpec> groups;
+  for (size_t g = 0; g < layout.group_windows.size(); ++g) {
+    const bool frees = config.free_out_of_window_blocks || layout.group_sinks[g] > 0;
+    groups.push_back({int32_t(runner.group_blocks[g]), frees ? layout.group_windows[g] : 0,
+                      frees ? layout.group_sinks[g] : 0});
+  }
+  return groups;
+}
+
 }  // namespace kestrel

@@ -9,7 +9,9 @@
 
 #include "core/kv_spec.h"
 #include "engine/engine_config.h"
+#include "kv/kv_cache_manager.h"
 #include "model/model.h"
+#include "runner/model_runner.h"
 
 namespace kestrel {
 
@@ -40,5 +42,14 @@ KvCacheSpec make_kv_spec(const Model& model, const EngineConfig& config);
 // use. `capacity`, if given, receives the figures.
 std::vector<int64_t> resolve_kv_group_blocks(const Model& model, const EngineConfig& config,
                                              KvCapacity* capacity = nullptr);
+// K and V bytes of one token over every layer of `model` with the config's KV types.
+int64_t kv_bytes_per_token(const Model& model, const EngineConfig& config);
+// The runner's configuration for `model` under the config: threads, KV description, blocks per
+// group (resolve_kv_group_blocks, whose figures go to `capacity` if given).
+RunnerConfig make_runner_config(const Model& model, const EngineConfig& config, KvCapacity* capacity = nullptr);
+// The KV manager's groups for that runner: each group's blocks, and the window and sinks of the
+// groups that free out-of-window blocks (all windowed groups unless the config keeps them;
+// rolling windows with sinks always).
+std::vector<KVCacheGroupSpec> make_kv_groups(const Model& model, const RunnerConfig& runner, const EngineConfig& config);
 
 }  // namespace kestrel

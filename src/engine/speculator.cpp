@@ -1,6 +1,7 @@
 #include "engine/speculator.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "core/error.h"
 #include "engine/kv_capacity.h"
@@ -9,10 +10,6 @@
 
 namespace kestrel {
 namespace {
-
-int64_t kv_bytes_per_token(const Model& model, const EngineConfig& config) {
-  return model.config().n_layer * make_kv_spec(model, config).token_bytes();
-}
 
 // Steps timed at start-up: up to this many tokens (larger steps are extrapolated and then
 // measured as they run).
@@ -45,21 +42,12 @@ Speculator::Speculator(const SpecConfig& config, const Model& target, const Engi
   } else if (config.method == SpecMethod::DraftModel) {
     if (config.draft_model == nullptr) fail("speculative decoding with a draft model needs --draft-model");
     const Model& draft = *config.draft_model;
-    warning_ = check_draft_model(target, draft);
+    check_draft_model(target, draft);  // the vocabulary check (the caller reports the size warning)
     // The draft's cache holds as many tokens as the target's.
     EngineConfig dc = engine_config;
     dc.num_kv_blocks = (target_tokens + dc.block_size - 1) / dc.block_size;
-    RunnerConfig rc;
-    rc.num_threads = engine_config.num_threads;
-    rc.kv = make_kv_spec(draft, dc);
-    rc.group_blocks = resolve_kv_group_blocks(draft, dc);
-    const KvLayout layout = draft.kv_layout(rc.kv.rolling_window, rc.kv.sink_tokens);
-    std::vector<KVCacheGroupSpec> groups;
-    for (size_t g = 0; g < layout.group_windows.size(); ++g) {
-      const bool frees = engine_config.free_out_of_window_blocks || layout.group_sinks[g] > 0;
-      groups.push_back({int32_t(rc.group_blocks[g]), frees ? layout.group_windows[g] : 0, frees ? layout.group_sinks[g] : 0});
-    }
-    auto drafter = std::make_unique<DraftModelDrafter>(draft, rc, std::move(groups), dc.block_size,
+    const RunnerConfig rc = make_runner_config(draft, dc);
+    auto drafter = std::make_unique<DraftModelDrafter>(draft, rc, make_kv_groups(draft, rc, dc), dc.block_size,
                                                        &target_runner.backend(), config.sample_drafts);
     if (config.adaptive) drafter->calibrate(kCalibrationTokens);
     drafter_ = std::move(drafter);
@@ -72,18 +60,19 @@ Speculator::Speculator(const SpecConfig& config, const Model& target, const Engi
 
 Speculator::~Speculator() = default;
 
-void Speculator::attach_drafts(const Scheduler& scheduler, const std::unordered_map<RequestId, Sampler*>& samplers,
-                               const std::unordered_map<RequestId, bool>& speculates) {
+void Speculator::attach_drafts(const Scheduler& scheduler, const std::function<Sampler*(RequestId)>& speculating) {
   std::vector<Request*> ready;
+  std::vector<Sampler*> samplers;
   std::vector<int> caps;
   int64_t other_tokens = 0;
   for (Request* r : scheduler.running()) {
     r->draft_tokens.clear();
     const int64_t pending = r->num_tokens() - r->num_computed_tokens;
-    const auto it = speculates.find(r->id);
     const int cap = int(std::min<int64_t>(config_.num_spec_tokens, scheduler.draft_limit(*r)));
-    if (pending == 1 && it != speculates.end() && it->second && cap > 0) {
+    Sampler* sampler = pending == 1 && cap > 0 ? speculating(r->id) : nullptr;
+    if (sampler != nullptr) {
       ready.push_back(r);
+      samplers.push_back(sampler);
       caps.push_back(cap);
     } else {
       other_tokens += pending;
@@ -97,7 +86,7 @@ void Speculator::attach_drafts(const Scheduler& scheduler, const std::unordered_
   std::vector<DraftQuery> queries(ready.size());
   std::vector<DraftProposal> proposals(ready.size());
   auto query = [&](size_t i, int max_drafts) {
-    queries[i] = {ready[i]->id, ready[i]->tokens, max_drafts, samplers.at(ready[i]->id)};
+    queries[i] = {ready[i]->id, ready[i]->tokens, max_drafts, samplers[i]};
   };
   std::vector<int> drafts;
   if (drafter_->cost_seconds(1, 1) == 0.0) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -42,9 +43,8 @@ class Speculator {
   ~Speculator();
 
   // Sets draft_tokens on every running request that is ready to decode and speculates (the rest
-  // get none). `samplers` maps request ids to their samplers; `speculates` says which do.
-  void attach_drafts(const Scheduler& scheduler, const std::unordered_map<RequestId, Sampler*>& samplers,
-                     const std::unordered_map<RequestId, bool>& speculates);
+  // get none). `speculating(id)` is the request's sampler, or nullptr if it does not speculate.
+  void attach_drafts(const Scheduler& scheduler, const std::function<Sampler*(RequestId)>& speculating);
   // The draft distributions of the request's current drafts (empty: one-hot drafts).
   std::span<const TokenDistribution> draft_dists(RequestId id) const;
   // A step ran `num_tokens` tokens in `seconds` (keeps the cost model current).
@@ -57,8 +57,6 @@ class Speculator {
   const SpecConfig& config() const { return config_; }
   const StepCostModel& target_cost() const { return target_cost_; }
   const Drafter& drafter() const { return *drafter_; }
-  // A warning about the draft model ("" if none), for the caller to print.
-  const std::string& warning() const { return warning_; }
 
  private:
   SpecConfig config_;
@@ -67,7 +65,6 @@ class Speculator {
   StepCostModel target_cost_;
   SpecStats stats_;
   std::unordered_map<RequestId, std::vector<TokenDistribution>> dists_;
-  std::string warning_;
 };
 
 // Splits a KV budget between target and draft in proportion to their bytes per token (so both

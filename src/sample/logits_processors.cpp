@@ -26,7 +26,6 @@ void normalise(std::vector<float>& probs) {
 
 void PenaltyProcessor::apply(std::span<float> logits, std::span<const TokenId> history) {
   const SamplingParams& p = params_;
-  if (p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f) return;
   size_t window = history.size();
   if (p.penalty_last_n >= 0) window = std::min(window, size_t(p.penalty_last_n));
   std::unordered_map<TokenId, int> counts;
@@ -54,8 +53,17 @@ ProcessorChain::ProcessorChain(const SamplingParams& params) : params_(params) {
   processors_.push_back(std::make_unique<NanGuardProcessor>());
 }
 
-void ProcessorChain::process(std::span<float> logits, std::span<const TokenId> history, TokenDistribution* out) {
+void ProcessorChain::run_processors(std::span<float> logits, std::span<const TokenId> history) {
   for (const auto& processor : processors_) processor->apply(logits, history);
+}
+
+TokenId ProcessorChain::most_likely(std::span<float> logits, std::span<const TokenId> history) {
+  run_processors(logits, history);
+  return TokenId(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+void ProcessorChain::process(std::span<float> logits, std::span<const TokenId> history, TokenDistribution* out) {
+  run_processors(logits, history);
   const auto best = std::max_element(logits.begin(), logits.end());
   out->token = -1;
   if (params_.greedy() || *best == kNegInf) {

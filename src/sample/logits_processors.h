@@ -35,7 +35,8 @@ struct TokenDistribution {
   void set_one_hot(TokenId t) { token = t; }
 };
 
-// Repetition, frequency and presence penalties over the last penalty_last_n tokens of history.
+// Repetition, frequency and presence penalties over the last penalty_last_n tokens of history
+// (the chain adds it only when some penalty is on).
 class PenaltyProcessor final : public LogitsProcessor {
  public:
   explicit PenaltyProcessor(const SamplingParams& params) : params_(params) {}
@@ -63,10 +64,13 @@ class ProcessorChain {
   // restricted to top-k, then the top-p nucleus, then tokens with p >= min_p * p_max, and
   // renormalised. Only top-k and top-p sort, and only the candidates they keep.
   void process(std::span<float> logits, std::span<const TokenId> history, TokenDistribution* out);
+  // The most likely token of process()'s distribution, without building it: the logits
+  // processors run, then the argmax (lowest id on ties); temperature and truncation keep it.
+  TokenId most_likely(std::span<float> logits, std::span<const TokenId> history);
 
-  const SamplingParams& params() const { return params_; }
 
  private:
+  void run_processors(std::span<float> logits, std::span<const TokenId> history);
   void truncate(std::span<const float> logits, float max_logit, TokenDistribution* out);
 
   SamplingParams params_;

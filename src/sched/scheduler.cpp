@@ -112,7 +112,7 @@ SchedulerOutput Scheduler::schedule() {
     }
     // Lookahead slots are taken only from free blocks: drafts never preempt anyone.
     if (drafts > 0 && !kv_.allocate_slots(request->id, computed + num_new + drafts, nullptr, computed)) drafts = 0;
-    request->draft_tokens.resize(size_t(std::max<int64_t>(drafts, 0)));
+    request->draft_tokens.resize(size_t(drafts));
     bool scheduled = true;
     while (drafts == 0 && !kv_.allocate_slots(request->id, computed + num_new, nullptr, computed)) {
       Request* victim = pick_preemption_victim();

@@ -88,7 +88,7 @@ void DraftModelDrafter::propose(std::span<const DraftQuery> queries, std::span<D
     first.push_back(common);
   }
   TokenDistribution dist;
-  for (int round = 0; !active.empty(); ++round) {
+  while (!active.empty()) {
     std::vector<SequenceChunk> chunks;
     chunks.reserve(active.size());
     for (size_t a = 0; a < active.size(); ++a) {
@@ -111,15 +111,13 @@ void DraftModelDrafter::propose(std::span<const DraftQuery> queries, std::span<D
       kv_.cache_computed_blocks(q.id, seq.fed, int64_t(seq.fed.size()));
       const std::span<float> row = logits.subspan(a * n_vocab, n_vocab);
       // The request's own processors shape q, as they shape the target's p.
-      q.sampler->distribution(row, seqs[i], &dist);
-      const bool sample = sample_drafts_ && !dist.one_hot();
       TokenId token;
-      if (sample) {
+      if (sample_drafts_ && !q.sampler->params().greedy()) {
+        q.sampler->distribution(row, seqs[i], &dist);
         token = draw_token(dist, q.sampler->uniform(int64_t(seqs[i].size()), 3));
         out[i].dists.push_back(dist);
       } else {
-        token = dist.one_hot() ? dist.token
-                               : TokenId(std::max_element(dist.probs.begin(), dist.probs.end()) - dist.probs.begin());
+        token = q.sampler->chain().most_likely(row, seqs[i]);
       }
       out[i].tokens.push_back(token);
       seqs[i].push_back(token);
@@ -132,11 +130,6 @@ void DraftModelDrafter::propose(std::span<const DraftQuery> queries, std::span<D
     }
     active.swap(next_active);
     first.swap(next_first);
-  }
-  // Mixed proposals (greedy and sampled rounds) cannot happen: a request samples in every round
-  // or in none. Keep dists either complete or empty.
-  for (size_t i = 0; i < queries.size(); ++i) {
-    if (!out[i].dists.empty() && out[i].dists.size() != out[i].tokens.size()) fail("internal: partial draft distributions");
   }
 }
 

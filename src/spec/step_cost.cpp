@@ -61,19 +61,21 @@ bool StepCostModel::calibrated() const {
 }
 
 double StepCostModel::seconds(int64_t num_tokens) const {
-  std::vector<Point> known;
+  // Two consecutive measured points: the first pair whose upper point reaches num_tokens, else
+  // the last two (extrapolation).
+  const Point* a = nullptr;
+  const Point* b = nullptr;
   for (const Point& p : points_) {
-    if (p.seconds >= 0.0) known.push_back(p);
+    if (p.seconds < 0.0) continue;
+    if (a != nullptr && b->tokens >= num_tokens) break;
+    a = b;
+    b = &p;
   }
-  if (known.empty()) return 0.0;
-  if (known.size() == 1) return known[0].seconds * double(num_tokens) / double(known[0].tokens);
-  size_t hi = 1;
-  while (hi + 1 < known.size() && known[hi].tokens < num_tokens) ++hi;
-  const Point& a = known[hi - 1];
-  const Point& b = known[hi];
-  if (num_tokens <= a.tokens) return a.seconds;  // below the smallest size: a step has fixed costs
-  const double t = double(num_tokens - a.tokens) / double(b.tokens - a.tokens);
-  return std::max(0.0, a.seconds + t * (b.seconds - a.seconds));
+  if (b == nullptr) return 0.0;
+  if (a == nullptr) return b->seconds * double(num_tokens) / double(b->tokens);  // one point
+  if (num_tokens <= a->tokens) return a->seconds;  // below the smallest size: a step has fixed costs
+  const double t = double(num_tokens - a->tokens) / double(b->tokens - a->tokens);
+  return std::max(0.0, a->seconds + t * (b->seconds - a->seconds));
 }
 
 }  // namespace kestrel

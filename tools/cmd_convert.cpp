@@ -1,5 +1,6 @@
 // kestrel convert: llama2.c checkpoint + tokenizer -> GGUF; kestrel quantize: re-encode weights.
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -25,6 +26,7 @@ struct QuantizeOptions {
   std::string output;
   std::string type;
   int threads = 0;
+  std::string imatrix;
 };
 
 void convert(const ConvertOptions& o) {
@@ -44,14 +46,34 @@ void convert(const ConvertOptions& o) {
 void quantize(const QuantizeOptions& o) {
   const auto recipe = find_quant_recipe(o.type);
   if (!recipe) fail("unknown quantization type '{}' (choose one of: {})", o.type, quant_recipe_names());
-  int fallbacks = 0;
+  std::optional<ImportanceMatrix> imatrix;
+  if (!o.imatrix.empty()) {
+    imatrix = load_imatrix(o.imatrix);
+    fmt::print(stderr, "imatrix {}: {} matrices, {} chunks of {} tokens\n", o.imatrix, imatrix->entries.size(),
+               imatrix->chunk_count, imatrix->chunk_size);
+  }
+  int fallbacks = 0, weighted = 0, unweighted = 0;
+  std::string unweighted_names;
   requantize_gguf(o.input, o.output, *recipe, [&](const RequantizeNote& note) {
     if (note.fallback) {
       ++fallbacks;
       fmt::print(stderr, "{}: rows of this tensor do not divide into {} blocks; stored as {}\n",
                  note.tensor, dtype_name(note.wanted), dtype_name(note.to));
     }
-  }, o.threads);
+    if (imatrix && note.from != note.to && note.to != DType::F32) {
+      if (note.weighted) {
+        ++weighted;
+      } else {
+        ++unweighted;
+        unweighted_names += (unweighted_names.empty() ? "" : ", ") + fmt::format("{} ({})", note.tensor, dtype_name(note.to));
+      }
+    }
+  }, o.threads, imatrix ? &*imatrix : nullptr);
+  if (imatrix) {
+    fmt::print(stderr, "imatrix: {} tensors quantized with importance weights, {} without{}{}\n", weighted,
+               unweighted, unweighted > 0 ? " (no entry or no weighted quantizer for the type): " : "",
+               unweighted_names);
+  }
   fmt::print(stderr, "wrote {} ({}; {} tensors fell back to a higher-precision type)\n", o.output,
              recipe->name, fallbacks);
 }
@@ -79,6 +101,9 @@ void register_quantize(CLI::App& app) {
                   "Q4_K_M; here Q4_K is Q4_K for every matrix")
       ->required();
   cmd->add_option("-t,--threads", options->threads, "threads (default: one per hardware thread)");
+  cmd->add_option("--imatrix", options->imatrix,
+                  "importance matrix (kestrel imatrix or llama-imatrix, GGUF or legacy .dat): Q4_K, Q5_K "
+                  "and Q6_K tensors minimise the importance-weighted error");
   cmd->callback([options] { quantize(*options); });
 }
 

@@ -6,9 +6,6 @@
 //                                   token from position --ctx on
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <fmt/format.h>
@@ -19,6 +16,7 @@
 #include "core/progress.h"
 #include "engine/perplexity.h"
 #include "kv_options.h"
+#include "perplexity_report.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
@@ -37,27 +35,8 @@ struct PerplexityCliOptions {
   bool json = false;
 };
 
-void print_kld(const PerplexityResult& r) {
-  const KlDivergence& k = *r.kld;
-  fmt::print("PPL (base KV):  {:.4f} +/- {:.5f}\n", *r.base_perplexity, *r.base_perplexity_error);
-  fmt::print("PPL change:     {:+.4f}%\n", 100.0 * (r.perplexity / *r.base_perplexity - 1.0));
-  fmt::print("Mean    KLD:    {:.6f} +/- {:.6f}\n", k.mean, k.mean_error);
-  fmt::print("Median  KLD:    {:.6f}\n", k.median);
-  fmt::print("90.0%   KLD:    {:.6f}\n", k.p90);
-  fmt::print("99.0%   KLD:    {:.6f}\n", k.p99);
-  fmt::print("99.9%   KLD:    {:.6f}\n", k.p999);
-  fmt::print("Maximum KLD:    {:.6f}\n", k.max);
-  fmt::print("Same top p:     {:.3f} %\n", 100.0 * k.top1_agreement);
-  fmt::print("RMS Δp:         {:.3f} %\n", 100.0 * k.rms_delta_p);
-}
-
 void perplexity(const PerplexityCliOptions& o) {
-  if (std::filesystem::is_directory(o.file)) fail("{}: is a directory, not a text file", o.file);
-  std::ifstream in(o.file, std::ios::binary);
-  if (!in) fail("{}: cannot read", o.file);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  const std::string text = read_text_file(o.file);
 
   const auto model = Model::load(o.model);
   const auto tokenizer = Tokenizer::from_gguf(model->file());
@@ -116,7 +95,7 @@ void perplexity(const PerplexityCliOptions& o) {
     progress.finish();
     fmt::print("{}\n", running);
     fmt::print("Final estimate: PPL = {:.4f} +/- {:.5f}\n", r.perplexity, r.perplexity_error);
-    if (r.kld) print_kld(r);
+    if (r.kld) print_kld(r, "base KV");
   }
   fmt::print(stderr, "{} chunks, {} scored tokens, mean NLL {:.4f} nats/token, {:.1f} s\n",
              r.num_chunks, r.num_scored_tokens, r.mean_nll,
@@ -126,17 +105,7 @@ void perplexity(const PerplexityCliOptions& o) {
                         {"scored_tokens", r.num_scored_tokens}, {"kv", options.kv.describe()},
                         {"ctx", o.ctx}};
     if (o.kv.streaming()) j["attention_sinks"] = o.kv.sinks;
-    if (r.kld) {
-      const KlDivergence& k = *r.kld;
-      j["ppl_base"] = *r.base_perplexity;
-      j["kld_mean"] = k.mean;
-      j["kld_mean_error"] = k.mean_error;
-      j["kld_median"] = k.median;
-      j["kld_p99"] = k.p99;
-      j["kld_max"] = k.max;
-      j["top1_agreement"] = k.top1_agreement;
-      j["rms_delta_p"] = k.rms_delta_p;
-    }
+    if (r.kld) add_kld_json(j, r);
     fmt::print("{}\n", j.dump());
   }
 }

@@ -10,6 +10,8 @@ void register_run(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_info(CLI::App& app);
 void register_perplexity(CLI::App& app);
+void register_eval(CLI::App& app);
+void register_imatrix(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_serve(CLI::App& app);

@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   kestrel::cli::register_chat(app);
   kestrel::cli::register_info(app);
   kestrel::cli::register_perplexity(app);
+  kestrel::cli::register_eval(app);
+  kestrel::cli::register_imatrix(app);
   kestrel::cli::register_convert(app);
   kestrel::cli::register_quantize(app);
   kestrel::cli::register_serve(app);

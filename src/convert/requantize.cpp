@@ -29,18 +29,30 @@ int64_t layer_count(const gguf::GgufFile& file) {
   return layers;
 }
 
-std::vector<uint8_t> reencode(ThreadPool& pool, const gguf::TensorInfo& t,
-                              const quant::WeightFormat& from, const quant::WeightFormat& to) {
+// importance: null, or the entry whose column means weight each matrix's rows (one matrix per
+// slice of rows for a 3-D MoE tensor).
+std::vector<uint8_t> reencode(ThreadPool& pool, const gguf::TensorInfo& t, const quant::WeightFormat& from,
+                              const quant::WeightFormat& to, const ImatrixEntry* importance) {
   const int64_t n = t.dims[0];
   const int64_t rows = t.num_elements / n;
   const int64_t in_row = quant::row_bytes(from, n);
   const int64_t out_row = quant::row_bytes(to, n);
+  std::vector<std::vector<float>> means;
+  if (importance != nullptr) {
+    for (size_t m = 0; m < importance->counts.size(); ++m) means.push_back(importance->mean(int64_t(m)));
+  }
+  const int64_t rows_per_mat = means.empty() ? rows : rows / int64_t(means.size());
   std::vector<uint8_t> bytes(size_t(rows * out_row));
   pool.parallel_for(rows, [&](int64_t begin, int64_t end) {
     std::vector<float> row(static_cast<size_t>(n));
     for (int64_t r = begin; r < end; ++r) {
       from.dequantize_row(t.data + r * in_row, row.data(), n);
-      to.quantize_row(row.data(), bytes.data() + r * out_row, n);
+      if (means.empty()) {
+        to.quantize_row(row.data(), bytes.data() + r * out_row, n);
+      } else {
+        to.quantize_row_weighted(row.data(), bytes.data() + r * out_row, n,
+                                 means[size_t(std::min<int64_t>(r / rows_per_mat, int64_t(means.size()) - 1))].data());
+      }
     }
   });
   return bytes;
@@ -62,8 +74,9 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
 void requantize_gguf(const std::string& input_path, const std::string& output_path,
                      const QuantRecipe& recipe,
                      const std::function<void(const RequantizeNote&)>& on_tensor,
-                     int num_threads) {
+                     int num_threads, const ImportanceMatrix* imatrix) {
   const auto input = gguf::GgufFile::open(input_path);
+  if (imatrix != nullptr) check_imatrix_matches(*imatrix, *input, "imatrix");
   std::vector<QuantTensorInfo> infos;
   for (const gguf::TensorInfo& t : input->tensors()) infos.push_back({t.name, t.dims, t.type});
   const std::vector<QuantChoice> plan = plan_quantization(recipe, infos, layer_count(*input));
@@ -92,14 +105,20 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
   for (size_t i = 0; i < plan.size(); ++i) {
     const gguf::TensorInfo& t = input->tensors()[i];
     const QuantChoice& choice = plan[i];
+    bool weighted = false;
     if (choice.type == t.type) {
       writer.add_tensor_view(t.name, t.type, t.dims, std::span<const uint8_t>(t.data, t.num_bytes));
     } else {
-      writer.add_tensor(t.name, choice.type, t.dims,
-                        reencode(pool, t, *quant::find_format(t.type),
-                                 quant::require_format(choice.type)));
+      const quant::WeightFormat& to = quant::require_format(choice.type);
+      const ImatrixEntry* importance = nullptr;
+      if (imatrix != nullptr && to.quantize_row_weighted != nullptr && t.dims.size() >= 2) {
+        const auto it = imatrix->entries.find(t.name);
+        if (it != imatrix->entries.end()) importance = &it->second;
+      }
+      weighted = importance != nullptr;
+      writer.add_tensor(t.name, choice.type, t.dims, reencode(pool, t, *quant::find_format(t.type), to, importance));
     }
-    on_tensor({t.name, t.type, choice.type, choice.quantized && choice.fallback(), choice.wanted});
+    on_tensor({t.name, t.type, choice.type, choice.quantized && choice.fallback(), choice.wanted, weighted});
     progress.update(int64_t(i) + 1);
   }
   progress.finish();

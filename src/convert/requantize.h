@@ -1,4 +1,5 @@
-// Re-encodes the weights of a GGUF model in another format (like llama-quantize). Which type each
+// Re-encodes the weights of a GGUF model in another format (like llama-quantize), optionally
+// weighted by an importance matrix. Which type each
 // tensor gets is a QuantRecipe's decision (convert/quant_recipe.h): one type for every matrix, or
 // a llama.cpp k-quant mixture such as Q4_K_M; a tensor whose rows do not divide into the chosen
 // type's blocks falls back to a higher-precision type, and the report says which. 1-D tensors
@@ -8,6 +9,7 @@
 #include <functional>
 #include <string>
 
+#include "convert/imatrix_file.h"
 #include "convert/quant_recipe.h"
 #include "core/dtype.h"
 
@@ -19,13 +21,17 @@ struct RequantizeNote {
   DType to;
   bool fallback;  // the type the recipe picked (`wanted`) did not fit this tensor's rows
   DType wanted;
+  bool weighted = false;  // quantized with the imatrix's importance weights
 };
 
-// num_threads <= 0: one per hardware thread.
+// num_threads <= 0: one per hardware thread. With an importance matrix (checked against the input
+// first), every tensor it has an entry for whose new type has a weighted quantizer is quantized
+// minimising the error weighted by its columns' importance (llama-quantize --imatrix); the others
+// as without it (the note says which).
 void requantize_gguf(const std::string& input_path, const std::string& output_path,
                      const QuantRecipe& recipe,
                      const std::function<void(const RequantizeNote&)>& on_tensor,
-                     int num_threads = 0);
+                     int num_threads = 0, const ImportanceMatrix* imatrix = nullptr);
 // Every matrix as `target` (pure_quant_recipe(target)).
 void requantize_gguf(const std::string& input_path, const std::string& output_path, DType target,
                      const std::function<void(const RequantizeNote&)>& on_tensor);

@@ -72,6 +72,20 @@ struct KldStats {
   }
 };
 
+// The base and the candidate must score the same tokens with the same vocabulary.
+void check_same_vocabulary(const Model& base, const Model& candidate) {
+  const ModelConfig &b = base.config(), &c = candidate.config();
+  if (b.n_vocab != c.n_vocab) {
+    fail("{} has a vocabulary of {} tokens, {} of {}: not two encodings of one model", base.file().name(),
+         b.n_vocab, candidate.file().name(), c.n_vocab);
+  }
+  if (b.n_layer != c.n_layer || b.n_embd != c.n_embd || b.n_head != c.n_head || b.n_ff != c.n_ff) {
+    fail("{} ({} layers, width {}, {} heads, FFN {}) and {} ({} layers, width {}, {} heads, FFN {}) are "
+         "different architectures", base.file().name(), b.n_layer, b.n_embd, b.n_head, b.n_ff,
+         candidate.file().name(), c.n_layer, c.n_embd, c.n_head, c.n_ff);
+  }
+}
+
 void fill_result(PerplexityResult& r, const NllSum& nll) {
   r.num_scored_tokens = nll.count;
   r.mean_nll = nll.mean();
@@ -95,17 +109,33 @@ PerplexityResult compute_perplexity(const Model& model, std::span<const int32_t>
   const int64_t blocks_per_seq = (o.n_ctx + block_size - 1) / block_size;
 
   const int num_groups = int(model.kv_layout().group_windows.size());
-  auto make_runner = [&](const KvCacheSpec& kv) {
+  if (o.base_model != nullptr && int(o.base_model->kv_layout().group_windows.size()) != num_groups) {
+    fail("the base and candidate models have different layer layouts");
+  }
+  auto make_runner = [&](const Model& m, const KvCacheSpec& kv) {
     RunnerConfig config;
     config.num_threads = o.num_threads;
     config.kv = kv;
     config.kv.rolling_window = 0;
     config.kv.sink_tokens = 0;
-    config.group_blocks.assign(size_t(num_groups), blocks_per_seq * seqs_per_batch);
-    return std::make_unique<ModelRunner>(model, config);
+    config.group_blocks.assign(size_t(int(m.kv_layout().group_windows.size())), blocks_per_seq * seqs_per_batch);
+    return std::make_unique<ModelRunner>(m, config);
   };
-  const auto runner = make_runner(o.kv);
-  const auto base_runner = o.base_kv ? make_runner(*o.base_kv) : nullptr;
+  const Model* base_model = o.base_model;
+  if (base_model != nullptr) check_same_vocabulary(*base_model, model);
+  if (base_model == nullptr && o.base_kv) base_model = &model;
+  const int64_t rows_per_seq = o.n_ctx - o.n_ctx / 2;
+  const int64_t base_rows = num_chunks * rows_per_seq * model.config().n_vocab;
+  const bool cached = o.base_logits_cache != nullptr && int64_t(o.base_logits_cache->size()) == base_rows;
+  if (o.base_logits_cache != nullptr && !cached) {
+    o.base_logits_cache->clear();
+    o.base_logits_cache->reserve(size_t(base_rows));
+  }
+  const auto runner = make_runner(model, o.kv);
+  if (o.observer) runner->set_activation_observer(o.observer);
+  const auto base_runner = base_model != nullptr && !cached
+                               ? make_runner(*base_model, o.base_kv ? *o.base_kv : o.kv) : nullptr;
+  const bool compare = base_model != nullptr;
 
   // Each sequence of a batch gets its own fixed range of blocks in every group; every chunk
   // starts afresh (a sliding group simply keeps the whole chunk: it is short).
@@ -136,22 +166,37 @@ PerplexityResult compute_perplexity(const Model& model, std::span<const int32_t>
       c.logits_from = first;  // logits only where they are scored
       chunks.push_back(c);
     }
+    const float* base_logits_data = nullptr;
     if (base_runner) {
       const std::span<float> b = base_runner->execute(chunks);
-      base_logits.assign(b.begin(), b.end());
+      if (o.base_logits_cache != nullptr) {
+        o.base_logits_cache->insert(o.base_logits_cache->end(), b.begin(), b.end());
+        base_logits_data = o.base_logits_cache->data() + chunk * rows_per_seq * n_vocab;
+      } else {
+        base_logits.assign(b.begin(), b.end());
+        base_logits_data = base_logits.data();
+      }
+    } else if (cached) {
+      base_logits_data = o.base_logits_cache->data() + chunk * rows_per_seq * n_vocab;
+    }
+    // With all_logits the rows before `first` are computed (for the observer) and skipped here.
+    const int64_t skip_rows = o.all_logits ? first : 0;
+    if (o.all_logits) {
+      for (auto& c : chunks) c.logits_from = 0;
     }
     const std::span<float> logits = runner->execute(chunks);
-    // Logit row j of a chunk (token first + j) predicts token first + j + 1.
-    const int64_t rows_per_seq = o.n_ctx - first;
+    // Logit row j of a chunk's scored part (token first + j) predicts token first + j + 1.
+    const int64_t out_rows_per_seq = rows_per_seq + skip_rows;
     for (int64_t s = 0; s < n_seq; ++s) {
       const auto& ct = chunk_tokens[size_t(s)];
       for (int64_t j = 0; j + first + 1 < o.n_ctx; ++j) {
         const size_t offset = size_t((s * rows_per_seq + j) * n_vocab);
-        const std::span<const float> row(logits.data() + offset, size_t(n_vocab));
+        const std::span<const float> row(logits.data() + (s * out_rows_per_seq + skip_rows + j) * n_vocab,
+                                         size_t(n_vocab));
         const int32_t next = ct[size_t(first + j + 1)];
         nll.add(-LogSoftmax(row).log_p(row[size_t(next)]));
-        if (base_runner) {
-          const std::span<const float> base_row(base_logits.data() + offset, size_t(n_vocab));
+        if (compare) {
+          const std::span<const float> base_row(base_logits_data + offset, size_t(n_vocab));
           base_nll.add(-LogSoftmax(base_row).log_p(base_row[size_t(next)]));
           kld.add(base_row, row, next);
         }
@@ -161,7 +206,7 @@ PerplexityResult compute_perplexity(const Model& model, std::span<const int32_t>
     }
   }
   fill_result(result, nll);
-  if (base_runner) {
+  if (compare) {
     result.base_perplexity = base_nll.perplexity();
     result.base_perplexity_error = base_nll.error();
     result.kld = kld.summary();

@@ -5,7 +5,8 @@
 //
 // With base_kv, the same chunks also run over a second cache (e.g. F32 K/V) in the same pass, and
 // the result adds the KL divergence of the candidate's next-token distributions from the base's
-// (llama-perplexity --kl-divergence's statistics): how much a KV type changes the model.
+// (llama-perplexity --kl-divergence's statistics): how much a KV type changes the model. With
+// base_model the base run is another model (a higher-precision encoding of the same weights).
 //
 // compute_streaming_perplexity instead streams the text as one sequence through a rolling window
 // of n_ctx tokens with attention sinks (StreamingLLM), scoring every token from position n_ctx on:
@@ -16,6 +17,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "core/kv_spec.h"
 #include "model/model.h"
@@ -33,6 +35,16 @@ struct PerplexityOptions {
   std::optional<KvCacheSpec> base_kv;  // also score against this cache: KL divergence
   int sink_tokens = 4;      // streaming only
   int64_t max_tokens = -1;  // streaming only: tokens of the text to stream; -1: all
+  // With base_model, the base run uses that model (same vocabulary; K/V in base_kv, or kv):
+  // `kestrel eval`'s comparison of two encodings of one model.
+  const Model* base_model = nullptr;
+  // Where the base run's scored logits rows go; if already filled (same text and options), they
+  // are used instead of running the base again (per-tensor sensitivity reuses one base run).
+  std::vector<float>* base_logits_cache = nullptr;
+  // Sees every linear layer's input in the (candidate) run: the importance matrix's collector.
+  ActivationObserver* observer = nullptr;
+  bool all_logits = false;  // logits for every position (the observer then sees the output head's
+                            // input for all tokens); scoring is unchanged
 };
 
 // The distribution of per-token KL divergences KL(base || candidate), in nats.

@@ -10,13 +10,21 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "model/model.h"
 
 namespace kestrel {
 
+std::string linear_tensor_name(int64_t layer, LinearKind kind) {
+  const char* names[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+  if (kind == LinearKind::Output) return "output.weight";
+  return fmt::format("blk.{}.{}.weight", layer, names[int(kind)]);
+}
+
 void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheView& kv,
-                    ForwardScratch& s, float* logits) const {
+                    ForwardScratch& s, float* logits, ActivationObserver* observer) const {
   const ModelConfig& c = config_;
   const int64_t T = batch.num_tokens();
   if (T == 0) return;
@@ -59,6 +67,11 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
     // Attention block; s.normed holds RMSNorm(x) with this layer's attn_norm.
     const WeightView qkv[3] = {l.wq, l.wk, l.wv};
     float* const qkv_out[3] = {s.q.data(), s.k.data(), s.v.data()};
+    if (observer) {
+      for (LinearKind k : {LinearKind::AttnQ, LinearKind::AttnK, LinearKind::AttnV}) {
+        observer->observe(il, k, s.normed.data(), T, c.n_embd);
+      }
+    }
     backend.matmul_many(qkv, s.normed.data(), T, qkv_out);
     if (c.qkv_bias) {
       backend.add_row(s.q.data(), l.bq, T, c.q_width());
@@ -92,6 +105,7 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
     attn.sinks = kv.layout.group_sinks[size_t(g)];
     attn.sink_rope = &rope;
     backend.paged_attention(attn, s.q.data(), kv.layers[size_t(il)], s.attn.data());
+    if (observer) observer->observe(il, LinearKind::AttnOutput, s.attn.data(), T, c.q_width());
     backend.matmul(l.wo, s.attn.data(), T, s.proj.data());
     if (c.post_norms) {
       backend.rms_norm(s.proj.data(), l.post_attn_norm, T, c.n_embd, c.rms_eps, s.proj.data());
@@ -99,9 +113,14 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
     // x += o; h = RMSNorm(x) for the MLP.
     backend.add_rms_norm(s.hidden.data(), s.proj.data(), l.ffn_norm, T, c.n_embd, c.rms_eps, s.normed.data());
     // Gated MLP block: down(act(gate(h)) * up(h)).
+    if (observer) {
+      observer->observe(il, LinearKind::FfnGate, s.normed.data(), T, c.n_embd);
+      observer->observe(il, LinearKind::FfnUp, s.normed.data(), T, c.n_embd);
+    }
     backend.gated_ffn(l.w_gate, l.w_up,
                       c.activation == Activation::GeluTanh ? GatedActivation::GeluTanh : GatedActivation::Silu,
                       s.normed.data(), T, s.gate.data());
+    if (observer) observer->observe(il, LinearKind::FfnDown, s.gate.data(), T, c.n_ff);
     backend.matmul(l.w_down, s.gate.data(), T, s.proj.data());
     if (c.post_norms) {
       backend.rms_norm(s.proj.data(), l.post_ffn_norm, T, c.n_embd, c.rms_eps, s.proj.data());
@@ -127,6 +146,9 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
   }
   backend.rms_norm(s.logits_in.data(), weights_.output_norm, n_out, c.n_embd, c.rms_eps,
                    s.logits_in.data());
+  if (observer && !weights_.tied_output) {
+    observer->observe(-1, LinearKind::Output, s.logits_in.data(), n_out, c.n_embd);
+  }
   backend.matmul(weights_.output, s.logits_in.data(), n_out, logits);
   if (c.final_logit_softcap > 0.0f) {
     backend.softcap(logits, c.final_logit_softcap, n_out * c.n_vocab);

@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <cstdio>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -169,6 +171,40 @@ int64_t Model::weight_bytes() const {
   int64_t bytes = 0;
   for (const auto& t : file_->tensors()) bytes += int64_t(t.num_bytes);
   return bytes;
+}
+
+}  // namespace kestrel
+
+namespace kestrel {
+
+WeightView Model::replace_matrix(const std::string& name, const WeightView& w) {
+  WeightView* target = nullptr;
+  if (name == "token_embd.weight") {
+    target = &weights_.token_embd;
+  } else if (name == "output.weight" && !weights_.tied_output) {
+    target = &weights_.output;
+  } else {
+    int layer = -1;
+    char kind[32] = {};
+    if (std::sscanf(name.c_str(), "blk.%d.%31[a-z_].weight", &layer, kind) == 2 && layer >= 0 &&
+        layer < int(weights_.layers.size())) {
+      LayerWeights& l = weights_.layers[size_t(layer)];
+      const std::string k = kind;
+      target = k == "attn_q" ? &l.wq : k == "attn_k" ? &l.wk : k == "attn_v" ? &l.wv
+             : k == "attn_output" ? &l.wo : k == "ffn_gate" ? &l.w_gate : k == "ffn_up" ? &l.w_up
+             : k == "ffn_down" ? &l.w_down : nullptr;
+    }
+  }
+  if (target == nullptr) fail("{}: no matrix '{}' to replace", file_->name(), name);
+  if (w.rows != target->rows || w.cols != target->cols) {
+    fail("{}: replacement for '{}' is {} x {}, the model's is {} x {}", file_->name(), name, w.rows,
+         w.cols, target->rows, target->cols);
+  }
+  if (quant::find_format(w.type) == nullptr) fail("replacement for '{}': type {} has no kernels", name, dtype_name(w.type));
+  const WeightView old = *target;
+  *target = w;
+  if (target == &weights_.token_embd && weights_.tied_output) weights_.output = w;
+  return old;
 }
 
 }  // namespace kestrel

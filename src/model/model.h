@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/activation_observer.h"
 #include "loader/gguf_reader.h"
 #include "model/forward_batch.h"
 #include "model/model_config.h"
@@ -60,9 +61,14 @@ class Model {
   // The KV cache description of this model for the given types (n_kv_head and head_dim filled in).
   KvCacheSpec kv_spec(DType k_type = DType::F16, DType v_type = DType::F16, int block_size = 16) const;
 
-  // Runs the batch; writes logits [batch.logits_indices.size()][n_vocab].
+  // Runs the batch; writes logits [batch.logits_indices.size()][n_vocab]. An observer, if given,
+  // sees every linear layer's input (the output head's only for the logits rows).
   void forward(Backend& backend, const ForwardBatch& batch, const KvCacheView& kv,
-               ForwardScratch& scratch, float* logits) const;
+               ForwardScratch& scratch, float* logits, ActivationObserver* observer = nullptr) const;
+  // Points the named matrix at another encoding of it (same shape; `w.data` owned by the caller and
+  // alive while the model runs) and returns the view it had: for measuring what quantizing one
+  // tensor costs. Throws if the model has no such matrix.
+  WeightView replace_matrix(const std::string& name, const WeightView& w);
 
  private:
   Model() = default;

@@ -17,6 +17,8 @@ namespace kestrel::quant {
 using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
 // Dot product of n elements: weight row (format's layout) . activation row (activation type).
+// Quantize with an importance weight per value (importance[i] for src[i]; an imatrix's column means).
+using QuantizeRowWeightedFn = void (*)(const float* src, void* dst, int64_t n, const float* importance);
 using VecDotFn = float (*)(const void* weight_row, const void* activation_row, int64_t n);
 
 // A row is row_header_bytes (per-row scale of the per-channel formats; 0 for GGML types) then
@@ -30,6 +32,7 @@ struct WeightFormat {
   DType activation_type;
   VecDotFn vec_dot;
   int64_t row_header_bytes = 0;
+  QuantizeRowWeightedFn quantize_row_weighted = nullptr;  // null: the format ignores importance
 };
 
 // The format for `type`, or nullptr if Kestrel has no kernels for it.

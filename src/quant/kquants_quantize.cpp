@@ -78,23 +78,38 @@ AffineFit solve_affine(double n, double sum_x, double sum_xx, double sum_q, doub
   return fit;
 }
 
-template <int N>
-AffineFit search_affine(const float* x, int nmax) {
+// Importance weights: with Weighted, value i's squared error counts w[i] times (an imatrix);
+// without, every weight is the constant 1 and the arithmetic is exactly the unweighted one.
+template <bool Weighted>
+inline float weight_at(const float* w, int i) {
+  if constexpr (Weighted) {
+    return w[i];
+  } else {
+    (void)w, (void)i;
+    return 1.0f;
+  }
+}
+
+template <int N, bool Weighted = false>
+AffineFit search_affine(const float* x, int nmax, const float* w = nullptr) {
   static_assert(N % kLanes == 0);
   float lo = 0.0f, hi = x[0];
-  float lane_x[kLanes] = {}, lane_xx[kLanes] = {};
+  float lane_w[kLanes] = {}, lane_x[kLanes] = {}, lane_xx[kLanes] = {};
   for (int i = 0; i < N; i += kLanes) {
     for (int k = 0; k < kLanes; ++k) {
+      const float wk = weight_at<Weighted>(w, i + k);
       lo = std::min(lo, x[i + k]);
       hi = std::max(hi, x[i + k]);
-      lane_x[k] += x[i + k];
-      lane_xx[k] += x[i + k] * x[i + k];
+      lane_w[k] += wk;
+      lane_x[k] += wk * x[i + k];
+      lane_xx[k] += wk * x[i + k] * x[i + k];
     }
   }
   AffineFit best;
   best.min = -lo;
   if (!(hi > lo)) return best;  // every value equals lo <= 0: the min alone represents it
   const double sum_x = lane_total(lane_x), sum_xx = lane_total(lane_xx);
+  const double sum_w = Weighted ? double(lane_total(lane_w)) : double(N);
   const float top = float(nmax);
 
   float inverse[kCandidates], sum_q[kCandidates] = {}, sum_qq[kCandidates] = {},
@@ -104,16 +119,17 @@ AffineFit search_affine(const float* x, int nmax) {
   }
   for (int i = 0; i < N; ++i) {
     const float shifted = x[i] - lo;
+    const float wi = weight_at<Weighted>(w, i);
     for (int c = 0; c < kCandidates; ++c) {
       const float q = std::clamp(round_nearest(shifted * inverse[c]), 0.0f, top);
-      sum_q[c] += q;
-      sum_qq[c] += q * q;
-      sum_qx[c] += q * x[i];
+      sum_q[c] += wi * q;
+      sum_qq[c] += wi * q * q;
+      sum_qx[c] += wi * q * x[i];
     }
   }
   best.error = INFINITY;
   for (int c = 0; c < kCandidates; ++c) {
-    const AffineFit fit = solve_affine(N, sum_x, sum_xx, sum_q[c], sum_qq[c], sum_qx[c]);
+    const AffineFit fit = solve_affine(sum_w, sum_x, sum_xx, sum_q[c], sum_qq[c], sum_qx[c]);
     if (fit.error < best.error) best = fit;
   }
   if (!(best.error < INFINITY)) {  // cannot happen for hi > lo; keep the min/max grid regardless
@@ -127,13 +143,14 @@ AffineFit search_affine(const float* x, int nmax) {
   for (int i = 0; i < N; i += kLanes) {
     for (int k = 0; k < kLanes; ++k) {
       const float q = std::clamp(round_nearest((x[i + k] + best.min) * inv), 0.0f, top);
-      lane_q[k] += q;
-      lane_qq[k] += q * q;
-      lane_qx[k] += q * x[i + k];
+      const float wk = weight_at<Weighted>(w, i + k);
+      lane_q[k] += wk * q;
+      lane_qq[k] += wk * q * q;
+      lane_qx[k] += wk * q * x[i + k];
     }
   }
   const AffineFit fit =
-      solve_affine(N, sum_x, sum_xx, lane_total(lane_q), lane_total(lane_qq), lane_total(lane_qx));
+      solve_affine(sum_w, sum_x, sum_xx, lane_total(lane_q), lane_total(lane_qq), lane_total(lane_qx));
   if (fit.error < best.error) best = fit;
   return best;
 }
@@ -141,8 +158,8 @@ AffineFit search_affine(const float* x, int nmax) {
 // x ~ scale * q with q in [-32, 31]; the scale's sign is free, so the extreme value goes to the
 // longer end, -32 (give or take a level). Maximising (sum qx)^2 / sum qq minimises the error of
 // the best scale for those levels.
-template <int N>
-float search_symmetric(const float* x) {
+template <int N, bool Weighted = false>
+float search_symmetric(const float* x, const float* w = nullptr) {
   float extreme = 0.0f;
   for (int i = 0; i < N; ++i) {
     if (std::fabs(x[i]) > std::fabs(extreme)) extreme = x[i];
@@ -153,10 +170,11 @@ float search_symmetric(const float* x) {
     inverse[c] = (-32.0f - kStretchFirst - kStretchStep * float(c)) / extreme;
   }
   for (int i = 0; i < N; ++i) {
+    const float wi = weight_at<Weighted>(w, i);
     for (int c = 0; c < kCandidates; ++c) {
       const float q = clamp_level(x[i] * inverse[c], -32, 31);
-      sum_qq[c] += q * q;
-      sum_qx[c] += q * x[i];
+      sum_qq[c] += wi * q * q;
+      sum_qx[c] += wi * q * x[i];
     }
   }
   float best_scale = extreme / -32.0f;
@@ -172,8 +190,9 @@ float search_symmetric(const float* x) {
   for (int i = 0; i < N; i += kLanes) {
     for (int k = 0; k < kLanes; ++k) {
       const float q = clamp_level(x[i + k] * inv, -32, 31);
-      lane_qq[k] += q * q;
-      lane_qx[k] += q * x[i + k];
+      const float wk = weight_at<Weighted>(w, i + k);
+      lane_qq[k] += wk * q * q;
+      lane_qx[k] += wk * q * x[i + k];
     }
   }
   const float qq = lane_total(lane_qq), qx = lane_total(lane_qx);
@@ -186,8 +205,8 @@ float search_symmetric(const float* x) {
 
 // Squared error of sub-block x on the grid value = step * q - min, values assigned to the nearest
 // level; writes the levels.
-template <int N>
-float assign_affine(const float* x, int nmax, float step, float min, uint8_t* levels) {
+template <int N, bool Weighted = false>
+float assign_affine(const float* x, int nmax, float step, float min, uint8_t* levels, const float* w = nullptr) {
   const float inverse = step > 0.0f ? 1.0f / step : 0.0f;
   float q[N];
   for (int i = 0; i < N; ++i) {
@@ -197,7 +216,7 @@ float assign_affine(const float* x, int nmax, float step, float min, uint8_t* le
   for (int i = 0; i < N; i += kLanes) {
     for (int k = 0; k < kLanes; ++k) {
       const float e = step * q[i + k] - min - x[i + k];
-      lanes[k] += e * e;
+      lanes[k] += weight_at<Weighted>(w, i + k) * e * e;
     }
   }
   for (int i = 0; i < N; ++i) levels[i] = uint8_t(q[i]);
@@ -205,8 +224,8 @@ float assign_affine(const float* x, int nmax, float step, float min, uint8_t* le
 }
 
 // As assign_affine for the grid value = step * (q - 32), q in [0, 63].
-template <int N>
-float assign_symmetric(const float* x, float step, uint8_t* levels) {
+template <int N, bool Weighted = false>
+float assign_symmetric(const float* x, float step, uint8_t* levels, const float* w = nullptr) {
   const float inverse = step != 0.0f ? 1.0f / step : 0.0f;
   float q[N];
   for (int i = 0; i < N; ++i) q[i] = clamp_level(x[i] * inverse, -32, 31);
@@ -214,7 +233,7 @@ float assign_symmetric(const float* x, float step, uint8_t* levels) {
   for (int i = 0; i < N; i += kLanes) {
     for (int k = 0; k < kLanes; ++k) {
       const float e = step * q[i + k] - x[i + k];
-      lanes[k] += e * e;
+      lanes[k] += weight_at<Weighted>(w, i + k) * e * e;
     }
   }
   for (int i = 0; i < N; ++i) levels[i] = uint8_t(int(q[i]) + 32);
@@ -245,13 +264,15 @@ void pack_scale_min(const uint8_t scale[8], const uint8_t min[8], uint8_t* packe
 
 // Shared by Q4_K (nmax 15) and Q5_K (nmax 31): fills d, dmin, the packed scales and the 256
 // levels of one super-block.
+// With Weighted, w holds the 256 values' importance weights.
+template <bool Weighted>
 void quantize_affine_superblock(const float* x, int nmax, uint16_t* d_bits, uint16_t* dmin_bits,
-                                uint8_t* packed_scales, uint8_t levels[kQK_K]) {
+                                uint8_t* packed_scales, uint8_t levels[kQK_K], const float* w) {
   constexpr int kSub = 32;
   AffineFit fits[kQK_K / kSub];
   float max_scale = 0.0f, max_min = 0.0f;
   for (int j = 0; j < kQK_K / kSub; ++j) {
-    fits[j] = search_affine<kSub>(x + j * kSub, nmax);
+    fits[j] = search_affine<kSub, Weighted>(x + j * kSub, nmax, Weighted ? w + j * kSub : nullptr);
     max_scale = std::max(max_scale, fits[j].scale);
     max_min = std::max(max_min, fits[j].min);
   }
@@ -269,8 +290,8 @@ void quantize_affine_superblock(const float* x, int nmax, uint16_t* d_bits, uint
     uint8_t trial[kSub];
     for (int a = 0; a < n_sc; ++a) {
       for (int b = 0; b < n_mc; ++b) {
-        const float error =
-            assign_affine<kSub>(x + j * kSub, nmax, d * float(sc[a]), dmin * float(mc[b]), trial);
+        const float error = assign_affine<kSub, Weighted>(x + j * kSub, nmax, d * float(sc[a]), dmin * float(mc[b]),
+                                                          trial, Weighted ? w + j * kSub : nullptr);
         if (error < best) {
           best = error;
           scale_codes[j] = uint8_t(sc[a]);
@@ -283,14 +304,25 @@ void quantize_affine_superblock(const float* x, int nmax, uint16_t* d_bits, uint
   pack_scale_min(scale_codes, min_codes, packed_scales);
 }
 
-}  // namespace
+// Q4_K/Q5_K importance weights as llama.cpp's imatrix quantizers form them: the channel's
+// importance times sqrt(sigma^2 + x^2), sigma^2 twice the super-block's mean square, so large
+// weights of an important channel count most.
+void affine_weights(const float* x, const float* importance, float w[kQK_K]) {
+  float sum_x2 = 0.0f;
+  for (int i = 0; i < kQK_K; ++i) sum_x2 += x[i] * x[i];
+  const float sigma2 = 2.0f * sum_x2 / float(kQK_K);
+  for (int i = 0; i < kQK_K; ++i) w[i] = importance[i] * std::sqrt(sigma2 + x[i] * x[i]);
+}
 
-void quantize_row_q4_K(const float* src, void* dst, int64_t n) {
+template <bool Weighted>
+void quantize_row_q4_K_impl(const float* src, void* dst, int64_t n, const float* importance) {
   BlockQ4_K* blocks = static_cast<BlockQ4_K*>(dst);
   uint8_t levels[kQK_K];
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     BlockQ4_K& block = blocks[b];
-    quantize_affine_superblock(src + b * kQK_K, 15, &block.d, &block.dmin, block.scales, levels);
+    float w[kQK_K];
+    if constexpr (Weighted) affine_weights(src + b * kQK_K, importance + b * kQK_K, w);
+    quantize_affine_superblock<Weighted>(src + b * kQK_K, 15, &block.d, &block.dmin, block.scales, levels, w);
     // Each 64-value chunk: byte l = value l (low nibble) | value l + 32 (high nibble).
     for (int chunk = 0; chunk < kQK_K / 64; ++chunk) {
       const uint8_t* q = levels + chunk * 64;
@@ -299,12 +331,15 @@ void quantize_row_q4_K(const float* src, void* dst, int64_t n) {
   }
 }
 
-void quantize_row_q5_K(const float* src, void* dst, int64_t n) {
+template <bool Weighted>
+void quantize_row_q5_K_impl(const float* src, void* dst, int64_t n, const float* importance) {
   BlockQ5_K* blocks = static_cast<BlockQ5_K*>(dst);
   uint8_t levels[kQK_K];
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     BlockQ5_K& block = blocks[b];
-    quantize_affine_superblock(src + b * kQK_K, 31, &block.d, &block.dmin, block.scales, levels);
+    float w[kQK_K];
+    if constexpr (Weighted) affine_weights(src + b * kQK_K, importance + b * kQK_K, w);
+    quantize_affine_superblock<Weighted>(src + b * kQK_K, 31, &block.d, &block.dmin, block.scales, levels, w);
     // Low 4 bits as in Q4_K; the fifth bit of value l (+ 32) of chunk c is bit 2c (2c + 1) of qh[l].
     std::memset(block.qh, 0, sizeof block.qh);
     for (int chunk = 0; chunk < kQK_K / 64; ++chunk) {
@@ -317,7 +352,8 @@ void quantize_row_q5_K(const float* src, void* dst, int64_t n) {
   }
 }
 
-void quantize_row_q6_K(const float* src, void* dst, int64_t n) {
+template <bool Weighted>
+void quantize_row_q6_K_impl(const float* src, void* dst, int64_t n, const float* importance) {
   constexpr int kSub = 16;
   BlockQ6_K* blocks = static_cast<BlockQ6_K*>(dst);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
@@ -326,7 +362,7 @@ void quantize_row_q6_K(const float* src, void* dst, int64_t n) {
     float scales[kQK_K / kSub];
     float max_abs = 0.0f;
     for (int j = 0; j < kQK_K / kSub; ++j) {
-      scales[j] = search_symmetric<kSub>(x + j * kSub);
+      scales[j] = search_symmetric<kSub, Weighted>(x + j * kSub, Weighted ? importance + b * kQK_K + j * kSub : nullptr);
       max_abs = std::max(max_abs, std::fabs(scales[j]));
     }
     block.d = float_to_fp16(max_abs / 127.0f);
@@ -340,7 +376,8 @@ void quantize_row_q6_K(const float* src, void* dst, int64_t n) {
       float best = INFINITY;
       for (int c = 0; c < n_codes; ++c) {
         uint8_t trial[kSub];
-        const float error = assign_symmetric<kSub>(xs, d * float(codes[c]), trial);
+        const float error = assign_symmetric<kSub, Weighted>(xs, d * float(codes[c]), trial,
+                                                             Weighted ? importance + b * kQK_K + j * kSub : nullptr);
         if (error < best) {
           best = error;
           block.scales[j] = int8_t(codes[c]);
@@ -362,6 +399,21 @@ void quantize_row_q6_K(const float* src, void* dst, int64_t n) {
       }
     }
   }
+}
+
+}  // namespace
+
+void quantize_row_q4_K(const float* src, void* dst, int64_t n) { quantize_row_q4_K_impl<false>(src, dst, n, nullptr); }
+void quantize_row_q5_K(const float* src, void* dst, int64_t n) { quantize_row_q5_K_impl<false>(src, dst, n, nullptr); }
+void quantize_row_q6_K(const float* src, void* dst, int64_t n) { quantize_row_q6_K_impl<false>(src, dst, n, nullptr); }
+void quantize_row_q4_K_weighted(const float* src, void* dst, int64_t n, const float* importance) {
+  quantize_row_q4_K_impl<true>(src, dst, n, importance);
+}
+void quantize_row_q5_K_weighted(const float* src, void* dst, int64_t n, const float* importance) {
+  quantize_row_q5_K_impl<true>(src, dst, n, importance);
+}
+void quantize_row_q6_K_weighted(const float* src, void* dst, int64_t n, const float* importance) {
+  quantize_row_q6_K_impl<true>(src, dst, n, importance);
 }
 
 }  // namespace kestrel::quant::ref

@@ -129,7 +129,7 @@ std::span<float> ModelRunner::execute(const ForwardBatch& batch) {
   }
   const int64_t n_vocab = model_.config().n_vocab;
   logits_.resize(batch.logits_indices.size() * size_t(n_vocab));
-  model_.forward(*backend_, batch, kv_view_, scratch_, logits_.data());
+  model_.forward(*backend_, batch, kv_view_, scratch_, logits_.data(), observer_);
   return std::span<float>(logits_);
 }
 

@@ -56,6 +56,9 @@ class ModelRunner {
   std::span<float> execute(std::span<const SequenceChunk> chunks);
   std::span<float> execute(const ForwardBatch& batch);
 
+  // Every later execute() shows the linear layers' inputs to `observer` (not owned; null: none).
+  void set_activation_observer(ActivationObserver* observer) { observer_ = observer; }
+
   const Model& model() const { return model_; }
   Backend& backend() { return *backend_; }
   int block_size() const { return kv_view_.spec.block_size; }
@@ -74,6 +77,7 @@ class ModelRunner {
   KvCacheView kv_view_;
   ForwardScratch scratch_;
   std::vector<float> logits_;
+  ActivationObserver* observer_ = nullptr;
 };
 
 }  // namespace kestrel

@@ -1,0 +1,42 @@
+// The importance matrix of a model: for every weight matrix, the sum over calibration tokens of
+// each input channel's squared activation, and how many tokens were summed. Read and written in
+// llama.cpp's imatrix GGUF format (general.type = "imatrix"; per matrix "NAME.in_sum2" F32
+// [n_in, n_mat] and "NAME.counts" F32 [1, n_mat]; imatrix.datasets / chunk_count / chunk_size), so
+// a file from `kestrel imatrix` works in llama-quantize and one from llama-imatrix in
+// `kestrel quantize`. llama.cpp's older binary .dat format is read too.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kestrel {
+
+namespace gguf {
+class GgufFile;
+}
+
+struct ImatrixEntry {
+  std::vector<double> sum2;     // [n_mat][n_in]: sum of x_c^2 over the counted tokens
+  std::vector<int64_t> counts;  // [n_mat]: tokens counted (n_mat > 1 only for MoE experts)
+  int64_t n_in() const { return counts.empty() ? 0 : int64_t(sum2.size() / counts.size()); }
+  // Per-channel mean of x^2 for matrix `mat`: the importance llama.cpp's quantizers weight by.
+  std::vector<float> mean(int64_t mat = 0) const;
+};
+
+struct ImportanceMatrix {
+  std::map<std::string, ImatrixEntry> entries;  // by weight name, e.g. "blk.0.attn_q.weight"
+  std::vector<std::string> datasets;
+  int64_t chunk_count = 0;
+  int64_t chunk_size = 0;
+};
+
+void save_imatrix(const ImportanceMatrix& m, const std::string& path);
+// Either format; a clear error for anything else or a malformed file.
+ImportanceMatrix load_imatrix(const std::string& path);
+// Checks every entry names a matrix of `model` with rows of n_in values: an imatrix made for
+// another model is an error naming the first tensor that differs.
+void check_imatrix_matches(const ImportanceMatrix& m, const gguf::GgufFile& model, const std::string& imatrix_name);
+
+}  // namespace kestrel

@@ -1,0 +1,46 @@
+#include "engine/imatrix.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace kestrel {
+
+void ImatrixCollector::observe(int64_t layer, LinearKind kind, const float* x, int64_t n, int64_t cols) {
+  if (kind == LinearKind::Output && !include_output_) return;
+  const std::string name = linear_tensor_name(layer, kind);
+  ImatrixEntry& e = matrix_.entries[name];
+  if (e.counts.empty()) {
+    e.sum2.assign(size_t(cols), 0.0);
+    e.counts = {0};
+  }
+  if (e.n_in() != cols) fail("internal: '{}' seen with {} and {} input channels", name, e.n_in(), cols);
+  double* acc = e.sum2.data();
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = x + t * cols;
+    for (int64_t c = 0; c < cols; ++c) acc[c] += double(row[c]) * double(row[c]);
+  }
+  e.counts[0] += n;
+  for (int64_t c = 0; c < cols; ++c) {
+    if (!std::isfinite(acc[c])) fail("non-finite activations reached '{}' (channel {})", name, c);
+  }
+}
+
+ImatrixResult compute_imatrix(const Model& model, std::span<const int32_t> tokens, PerplexityOptions options,
+                              bool include_output, const std::string& dataset_name,
+                              const std::function<void(int64_t, double)>& on_chunk) {
+  ImatrixCollector collector(include_output);
+  options.observer = &collector;
+  options.all_logits = include_output;
+  options.base_kv.reset();
+  options.base_model = nullptr;
+  ImatrixResult result;
+  result.perplexity = compute_perplexity(model, tokens, options, on_chunk);
+  result.matrix = std::move(collector.matrix());
+  result.matrix.datasets = {dataset_name};
+  result.matrix.chunk_count = result.perplexity.num_chunks;
+  result.matrix.chunk_size = options.n_ctx;
+  return result;
+}
+
+}  // namespace kestrel

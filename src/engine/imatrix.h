@@ -1,0 +1,41 @@
+// Computing an importance matrix (llama-imatrix's method): the text is cut into chunks of n_ctx
+// tokens exactly as perplexity does (each chunk starts with BOS), every chunk runs through the
+// model, and every linear layer's input is accumulated as per-channel sums of squares over all of
+// the chunk's tokens. The output head is left out unless asked for (llama-imatrix's
+// --process-output), as it is too big to quantize low anyway; a tied head is never counted.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string>
+
+#include "convert/imatrix_file.h"
+#include "engine/perplexity.h"
+#include "model/activation_observer.h"
+
+namespace kestrel {
+
+// Sums x^2 per input channel of every linear layer it is shown, in double precision.
+class ImatrixCollector : public ActivationObserver {
+ public:
+  explicit ImatrixCollector(bool include_output) : include_output_(include_output) {}
+  void observe(int64_t layer, LinearKind kind, const float* x, int64_t n, int64_t cols) override;
+  ImportanceMatrix& matrix() { return matrix_; }
+
+ private:
+  bool include_output_;
+  ImportanceMatrix matrix_;
+};
+
+struct ImatrixResult {
+  ImportanceMatrix matrix;
+  PerplexityResult perplexity;  // of the chunks it ran over, as llama-imatrix prints
+};
+
+// options as for compute_perplexity (n_ctx, n_batch, max_chunks, threads, bos, K/V types);
+// on_chunk(chunk index, running perplexity) after each chunk.
+ImatrixResult compute_imatrix(const Model& model, std::span<const int32_t> tokens, PerplexityOptions options,
+                              bool include_output, const std::string& dataset_name,
+                              const std::function<void(int64_t, double)>& on_chunk);
+
+}  // namespace kestrel

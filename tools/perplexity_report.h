@@ -1,0 +1,21 @@
+// What perplexity, eval and imatrix share: reading the text file, and printing the
+// KL-divergence statistics in llama-perplexity --kl-divergence's layout and as JSON fields.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/perplexity.h"
+
+namespace kestrel::cli {
+
+// The whole file; a clear error for a directory or an unreadable path.
+std::string read_text_file(const std::string& path);
+// "PPL (base):", "PPL change:", "Mean KLD:" ... "RMS Δp:"; base_label names the base ("base KV").
+void print_kld(const PerplexityResult& r, const std::string& base_label);
+// ppl_base, kld_mean, kld_mean_error, kld_median, kld_p90, kld_p99, kld_p999, kld_max,
+// top1_agreement, rms_delta_p.
+void add_kld_json(nlohmann::json& j, const PerplexityResult& r);
+
+}  // namespace kestrel::cli

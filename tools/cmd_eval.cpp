@@ -17,7 +17,6 @@
 #include "engine/perplexity.h"
 #include "kv_options.h"
 #include "perplexity_report.h"
-#include "quant/format.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
@@ -65,12 +64,7 @@ void eval(const EvalOptions& o) {
          2 * o.ctx);
   }
 
-  PerplexityOptions options;
-  options.n_ctx = o.ctx;
-  options.n_batch = std::max(o.batch, o.ctx);
-  options.max_chunks = o.chunks;
-  options.num_threads = o.threads > 0 ? o.threads : default_thread_count();
-  options.bos_token = tokenizer->vocab().add_bos ? tokenizer->bos_id() : -1;
+  PerplexityOptions options = chunked_options(*tokenizer, o.ctx, o.batch, o.chunks, o.threads);
   options.kv = candidate->kv_spec(o.kv.k_type(), o.kv.v_type());
   options.kv.rotate = o.kv.rotate;
   validate_kv_spec(options.kv);

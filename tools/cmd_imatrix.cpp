@@ -35,12 +35,7 @@ void imatrix(const ImatrixOptions& o) {
     fail("{}: {} tokens make {} chunks of {} tokens, {} asked for: use a longer calibration text or a smaller --ctx",
          o.file, tokens.size(), available, o.ctx, o.chunks > 0 ? o.chunks : 1);
   }
-  PerplexityOptions options;
-  options.n_ctx = o.ctx;
-  options.n_batch = std::max(o.batch, o.ctx);
-  options.max_chunks = o.chunks;
-  options.num_threads = o.threads > 0 ? o.threads : default_thread_count();
-  options.bos_token = tokenizer->vocab().add_bos ? tokenizer->bos_id() : -1;
+  PerplexityOptions options = chunked_options(*tokenizer, o.ctx, o.batch, o.chunks, o.threads);
   options.kv = model->kv_spec(DType::F16, DType::F16);
   const int64_t total = o.chunks > 0 ? o.chunks : available;
   fmt::print(stderr, "computing the importance matrix over {} chunks of {} tokens\n", total, o.ctx);

@@ -45,13 +45,8 @@ void perplexity(const PerplexityCliOptions& o) {
   fmt::print(stderr, "tokenized {} bytes into {} tokens in {:.2f} s\n", text.size(), tokens.size(),
              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 
-  PerplexityOptions options;
-  options.n_ctx = o.ctx;
-  options.n_batch = std::max(o.batch, o.ctx);
-  options.max_chunks = o.chunks;
+  PerplexityOptions options = chunked_options(*tokenizer, o.ctx, o.batch, o.chunks, o.threads);
   options.max_tokens = o.max_tokens;
-  options.num_threads = o.threads > 0 ? o.threads : default_thread_count();
-  options.bos_token = tokenizer->vocab().add_bos ? tokenizer->bos_id() : -1;
   options.kv = model->kv_spec(o.kv.k_type(), o.kv.v_type());
   options.kv.rotate = o.kv.rotate;
   validate_kv_spec(options.kv);

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "commands.h"
 #include "core/error.h"
 
 namespace kestrel::cli {
@@ -17,6 +18,16 @@ std::string read_text_file(const std::string& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
+}
+
+PerplexityOptions chunked_options(const Tokenizer& tokenizer, int64_t ctx, int64_t batch, int64_t chunks, int threads) {
+  PerplexityOptions options;
+  options.n_ctx = ctx;
+  options.n_batch = std::max(batch, ctx);
+  options.max_chunks = chunks;
+  options.num_threads = threads > 0 ? threads : default_thread_count();
+  options.bos_token = tokenizer.vocab().add_bos ? tokenizer.bos_id() : -1;
+  return options;
 }
 
 void print_kld(const PerplexityResult& r, const std::string& base_label) {

@@ -7,11 +7,15 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/perplexity.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
 
 // The whole file; a clear error for a directory or an unreadable path.
 std::string read_text_file(const std::string& path);
+// Chunking, batch, threads (0: all cores) and BOS as perplexity, eval and imatrix all take them;
+// the caller sets the K/V types.
+PerplexityOptions chunked_options(const Tokenizer& tokenizer, int64_t ctx, int64_t batch, int64_t chunks, int threads);
 // "PPL (base):", "PPL change:", "Mean KLD:" ... "RMS Δp:"; base_label names the base ("base KV").
 void print_kld(const PerplexityResult& r, const std::string& base_label);
 // ppl_base, kld_mean, kld_mean_error, kld_median, kld_p90, kld_p99, kld_p999, kld_max,

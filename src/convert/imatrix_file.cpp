@@ -13,10 +13,6 @@ namespace {
 constexpr const char* kSumSuffix = ".in_sum2";
 constexpr const char* kCountSuffix = ".counts";
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::vector<float> read_f32(const gguf::TensorInfo& t, const std::string& path) {
   if (t.type != DType::F32) fail("{}: imatrix tensor '{}' is {}, expected F32", path, t.name, dtype_name(t.type));
   std::vector<float> v(size_t(t.num_elements));
@@ -37,7 +33,7 @@ ImportanceMatrix load_gguf_imatrix(const std::string& path) {
   m.chunk_count = int64_t(file->get_uint("imatrix.chunk_count").value_or(0));
   m.chunk_size = int64_t(file->get_uint("imatrix.chunk_size").value_or(0));
   for (const gguf::TensorInfo& t : file->tensors()) {
-    if (!ends_with(t.name, kSumSuffix)) continue;
+    if (!t.name.ends_with(kSumSuffix)) continue;
     const std::string name = t.name.substr(0, t.name.size() - std::strlen(kSumSuffix));
     const gguf::TensorInfo* c = file->find_tensor(name + kCountSuffix);
     if (c == nullptr) fail("{}: imatrix has '{}' but no '{}{}'", path, t.name, name, kCountSuffix);

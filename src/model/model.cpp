@@ -1,6 +1,6 @@
 #include "model/model.h"
 
-#include <cstdio>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -183,16 +183,13 @@ WeightView Model::replace_matrix(const std::string& name, const WeightView& w) {
     target = &weights_.token_embd;
   } else if (name == "output.weight" && !weights_.tied_output) {
     target = &weights_.output;
-  } else {
-    int layer = -1;
-    char kind[32] = {};
-    if (std::sscanf(name.c_str(), "blk.%d.%31[a-z_].weight", &layer, kind) == 2 && layer >= 0 &&
-        layer < int(weights_.layers.size())) {
-      LayerWeights& l = weights_.layers[size_t(layer)];
-      const std::string k = kind;
-      target = k == "attn_q" ? &l.wq : k == "attn_k" ? &l.wk : k == "attn_v" ? &l.wv
-             : k == "attn_output" ? &l.wo : k == "ffn_gate" ? &l.w_gate : k == "ffn_up" ? &l.w_up
-             : k == "ffn_down" ? &l.w_down : nullptr;
+  }
+  // Layer matrices by the same names the forward pass reports (LinearKind order).
+  for (size_t il = 0; target == nullptr && il < weights_.layers.size(); ++il) {
+    LayerWeights& l = weights_.layers[il];
+    WeightView* const views[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down};
+    for (size_t k = 0; k < std::size(views); ++k) {
+      if (linear_tensor_name(int64_t(il), LinearKind(int(k))) == name) target = views[k];
     }
   }
   if (target == nullptr) fail("{}: no matrix '{}' to replace", file_->name(), name);

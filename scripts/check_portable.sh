@@ -18,7 +18,7 @@ mapfile -t files < <(find src tools -name '*.cpp' ! -name '*_avx2.cpp' ! -name '
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 printf '%s\n' "${files[@]}" | xargs -P "$jobs" -I{} sh -c \
-  "$cxx -std=c++20 -O0 -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration -Isrc -idirafter /usr/include -c {} -o /dev/null || echo 'FAILED {}'" \
+  "$cxx -std=c++20 -O0 -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration -Isrc -idirafter /usr/include -idirafter /usr/include/eigen3 -c {} -o /dev/null || echo 'FAILED {}'" \
   > "$log" 2>&1 || true
 if grep -q '^FAILED ' "$log"; then
   cat "$log" >&2

@@ -10,6 +10,7 @@ packages=(
   g++-aarch64-linux-gnu                    # scripts/check_portable.sh: the portable sources build for ARM
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libxxhash-dev
+  libeigen3-dev                            # dense linear algebra for GPTQ (src/calib)
   python3 python3-venv
 )
 

@@ -184,6 +184,8 @@ std::vector<QuantChoice> plan_quantization(const QuantRecipe& recipe,
         ++i_ffn_down;
       }
     }
+    if (recipe.embedding_type && t.name == "token_embd.weight") wanted = *recipe.embedding_type;
+    if (recipe.output_type && t.name == "output.weight") wanted = *recipe.output_type;
     choices[index] = {true, wanted, quant_type_that_fits(wanted, t.dims[0])};
   }
   return choices;

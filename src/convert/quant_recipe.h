@@ -15,6 +15,7 @@
 //     i < n/8. Every other matrix takes the mixture's base type.
 //   - Not modelled: llama.cpp's special cases for Falcon, 70B models (attn_v to Q5_K) and
 //     mixtures of experts (n_expert == 8); imatrix-driven choices; --pure / --tensor-type flags.
+//   - embedding_type / output_type, when set, override all of the above for those two tensors.
 //   - A tensor whose rows do not divide into the chosen type's blocks falls back: k-quants to Q8_0
 //     when rows are a multiple of 32, else F16 (llama.cpp uses Q5_0 / Q5_1 / Q8_0, which Kestrel
 //     has no kernels for); INT4 group types to the same kind with a smaller group that fits, else
@@ -42,6 +43,10 @@ struct QuantRecipe {
   // written as 15 / 17, as `llama-quantize --pure Q4_K_M` does; Kestrel's own types, which
   // llama.cpp has no value for, write their DType id (1000 and up).
   uint32_t file_type;
+  // llama-quantize's --token-embedding-type / --output-tensor-type: token_embd.weight and
+  // output.weight (by name; a tied embedding is token_embd) take these when set.
+  std::optional<DType> embedding_type = std::nullopt;
+  std::optional<DType> output_type = std::nullopt;
 };
 
 // The recipe for a name (case-insensitive), or nullopt.

@@ -71,15 +71,20 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
   requantize_gguf(input_path, output_path, pure_quant_recipe(target), on_tensor);
 }
 
+std::vector<QuantChoice> requantize_plan(const gguf::GgufFile& input, const QuantRecipe& recipe) {
+  std::vector<QuantTensorInfo> infos;
+  for (const gguf::TensorInfo& t : input.tensors()) infos.push_back({t.name, t.dims, t.type});
+  return plan_quantization(recipe, infos, layer_count(input));
+}
+
 void requantize_gguf(const std::string& input_path, const std::string& output_path,
                      const QuantRecipe& recipe,
                      const std::function<void(const RequantizeNote&)>& on_tensor,
-                     int num_threads, const ImportanceMatrix* imatrix) {
+                     int num_threads, const ImportanceMatrix* imatrix,
+                     const std::map<std::string, EncodedTensor>* encoded) {
   const auto input = gguf::GgufFile::open(input_path);
   if (imatrix != nullptr) check_imatrix_matches(*imatrix, *input, "imatrix");
-  std::vector<QuantTensorInfo> infos;
-  for (const gguf::TensorInfo& t : input->tensors()) infos.push_back({t.name, t.dims, t.type});
-  const std::vector<QuantChoice> plan = plan_quantization(recipe, infos, layer_count(*input));
+  const std::vector<QuantChoice> plan = requantize_plan(*input, recipe);
 
   // Check every tensor before the long part, so a bad input fails at once.
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -90,6 +95,16 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
            input_path, t.name, dtype_name(t.type), dtype_name(plan[i].type));
     }
     quant::require_format(plan[i].type);
+    if (encoded != nullptr) {
+      const auto it = encoded->find(t.name);
+      if (it != encoded->end() &&
+          (it->second.type != plan[i].type ||
+           int64_t(it->second.bytes.size()) != t.num_elements / t.dims[0] *
+                                                   quant::row_bytes(quant::require_format(plan[i].type), t.dims[0]))) {
+        fail("internal: pre-encoded '{}' is {} ({} bytes), the plan gives {}", t.name,
+             dtype_name(it->second.type), it->second.bytes.size(), dtype_name(plan[i].type));
+      }
+    }
   }
 
   gguf::GgufWriter writer(input->alignment());
@@ -106,7 +121,11 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
     const gguf::TensorInfo& t = input->tensors()[i];
     const QuantChoice& choice = plan[i];
     bool weighted = false;
-    if (choice.type == t.type) {
+    const auto pre = encoded != nullptr ? encoded->find(t.name) : std::map<std::string, EncodedTensor>::const_iterator{};
+    const bool is_encoded = encoded != nullptr && pre != encoded->end();
+    if (is_encoded) {
+      writer.add_tensor_view(t.name, choice.type, t.dims, std::span<const uint8_t>(pre->second.bytes));
+    } else if (choice.type == t.type) {
       writer.add_tensor_view(t.name, t.type, t.dims, std::span<const uint8_t>(t.data, t.num_bytes));
     } else {
       const quant::WeightFormat& to = quant::require_format(choice.type);
@@ -118,7 +137,8 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
       weighted = importance != nullptr;
       writer.add_tensor(t.name, choice.type, t.dims, reencode(pool, t, *quant::find_format(t.type), to, importance));
     }
-    on_tensor({t.name, t.type, choice.type, choice.quantized && choice.fallback(), choice.wanted, weighted});
+    on_tensor({t.name, t.type, choice.type, choice.quantized && choice.fallback(), choice.wanted, weighted,
+               is_encoded ? pre->second.method : std::string()});
     progress.update(int64_t(i) + 1);
   }
   progress.finish();

@@ -6,12 +6,16 @@
 // (norms) are stored as F32. Rows are re-encoded in parallel.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "convert/imatrix_file.h"
 #include "convert/quant_recipe.h"
 #include "core/dtype.h"
+#include "loader/gguf_reader.h"
 
 namespace kestrel {
 
@@ -22,16 +26,29 @@ struct RequantizeNote {
   bool fallback;  // the type the recipe picked (`wanted`) did not fit this tensor's rows
   DType wanted;
   bool weighted = false;  // quantized with the imatrix's importance weights
+  std::string method;     // of a pre-encoded tensor ("gptq"); empty otherwise
 };
+
+// A tensor already encoded by a calibrated method (GPTQ): written as it is instead of re-encoded.
+struct EncodedTensor {
+  DType type;
+  std::vector<uint8_t> bytes;
+  std::string method;
+};
+
+// Which type each tensor of the input gets under `recipe` (the order of the file's tensors).
+std::vector<QuantChoice> requantize_plan(const gguf::GgufFile& input, const QuantRecipe& recipe);
 
 // num_threads <= 0: one per hardware thread. With an importance matrix (checked against the input
 // first), every tensor it has an entry for whose new type has a weighted quantizer is quantized
 // minimising the error weighted by its columns' importance (llama-quantize --imatrix); the others
-// as without it (the note says which).
+// as without it (the note says which). A tensor in `encoded` is written as given; its type must
+// be the one the plan gives it.
 void requantize_gguf(const std::string& input_path, const std::string& output_path,
                      const QuantRecipe& recipe,
                      const std::function<void(const RequantizeNote&)>& on_tensor,
-                     int num_threads = 0, const ImportanceMatrix* imatrix = nullptr);
+                     int num_threads = 0, const ImportanceMatrix* imatrix = nullptr,
+                     const std::map<std::string, EncodedTensor>* encoded = nullptr);
 // Every matrix as `target` (pure_quant_recipe(target)).
 void requantize_gguf(const std::string& input_path, const std::string& output_path, DType target,
                      const std::function<void(const RequantizeNote&)>& on_tensor);

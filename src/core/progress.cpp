@@ -32,6 +32,12 @@ void ProgressBar::update(int64_t done) {
   std::fflush(stderr);
 }
 
+void ProgressBar::clear() {
+  if (!enabled_ || finished_) return;
+  std::fputs("\r\033[K", stderr);
+  last_draw_ = start_ - std::chrono::seconds(1);
+}
+
 void ProgressBar::finish() {
   if (!enabled_ || finished_) return;
   update(total_);

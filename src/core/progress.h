@@ -13,6 +13,8 @@ class ProgressBar {
   ProgressBar(std::string label, int64_t total);
   ~ProgressBar();
   void update(int64_t done);
+  // Erases the bar's line (a terminal only), so a message can be printed; the next update redraws it.
+  void clear();
   void finish();
 
  private:

@@ -18,7 +18,9 @@ class ActivationObserver {
  public:
   virtual ~ActivationObserver() = default;
   // x is [n][cols], row-major: n tokens of the layer's input. Called on the forward pass's
-  // thread, in layer order; x is only valid during the call.
+  // thread, in layer order; x is only valid during the call. It comes before the layer's matrix
+  // is read: the observer may point the model at another encoding of it (Model::replace_matrix),
+  // and the forward pass then computes with that one (GPTQ's layer-by-layer quantization).
   virtual void observe(int64_t layer, LinearKind kind, const float* x, int64_t n, int64_t cols) = 0;
 };
 

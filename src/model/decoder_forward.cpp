@@ -65,13 +65,15 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
     const LayerWeights& l = weights_.layers[size_t(il)];
     const bool sliding = c.is_sliding(il);
     // Attention block; s.normed holds RMSNorm(x) with this layer's attn_norm.
-    const WeightView qkv[3] = {l.wq, l.wk, l.wv};
-    float* const qkv_out[3] = {s.q.data(), s.k.data(), s.v.data()};
+    // Every weight view is read after the observer has seen its input: an observer may replace
+    // the matrix in between (GPTQ quantizes layer by layer that way).
     if (observer) {
       for (LinearKind k : {LinearKind::AttnQ, LinearKind::AttnK, LinearKind::AttnV}) {
         observer->observe(il, k, s.normed.data(), T, c.n_embd);
       }
     }
+    const WeightView qkv[3] = {l.wq, l.wk, l.wv};
+    float* const qkv_out[3] = {s.q.data(), s.k.data(), s.v.data()};
     backend.matmul_many(qkv, s.normed.data(), T, qkv_out);
     if (c.qkv_bias) {
       backend.add_row(s.q.data(), l.bq, T, c.q_width());

@@ -1,0 +1,66 @@
+// GPTQ (Frantar et al., 2022, "GPTQ: Accurate Post-Training Quantization for Generative
+// Pre-trained Transformers"): quantizes a weight matrix W [rows][cols] one column at a time onto a
+// per-group integer grid, and after each column spreads its rounding error over the columns not
+// yet quantized, weighted by the inverse of the layer's Hessian H = 2/n X^T X (X: the layer's
+// calibration inputs [n][cols]), so that ||X W^T - X Q^T|| rather than ||W - Q|| is minimised.
+//
+// As in the reference implementation (and AutoGPTQ/GPTQModel): columns of H that no input ever
+// touched are dead (weights zeroed), H is dampened by damp_percent x mean(diag H), the upper
+// Cholesky factor U of H^-1 drives the updates, and columns are processed in lazy batches of
+// block_size (the error of a batch reaches the later columns as one matrix product). With
+// act_order the columns go in order of decreasing H diagonal (the most activated first) while
+// every column keeps its original group's grid, computed from the unquantized weights before
+// the permutation ("static groups"): the result is an ordinary per-group file that inference
+// reads without any reordering. Without act_order a group's grid is chosen from the updated
+// weights when its first column comes up.
+//
+// The grid is the target format's own (Kestrel's INT4 per-group formats, quant/blocks.h), with its
+// scale and minimum rounded to F16 as stored, and a group's grid is chosen exactly as the format's
+// round-to-nearest quantizer chooses it: with a diagonal H, GPTQ gives RTN's bytes.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace kestrel::calib {
+
+struct GptqOptions {
+  double damp_percent = 0.01;  // dampening: H += damp_percent * mean(diag H) * I
+  bool act_order = true;       // columns by decreasing H diagonal, static groups
+  int64_t block_size = 128;    // lazy batch width in columns (a multiple of the group size)
+};
+
+struct GptqStats {
+  double damp_used = 0.0;    // damp_percent after retries (doubled x10 while H is not positive definite)
+  int64_t dead_columns = 0;  // columns no calibration input reached
+  // Proxy losses sum_r (w_r - q_r)^T H (w_r - q_r) with the undampened H (what the layer's output
+  // error is, over the calibration set), for GPTQ's result and for round-to-nearest on the same
+  // grid; filled when asked for (it costs as much as GPTQ itself).
+  double proxy_loss = 0.0;
+  double proxy_loss_rtn = 0.0;
+};
+
+// True for the formats GPTQ can target (INT4_SYM_G32/64/128, INT4_ASYM_G32/64/128).
+bool gptq_supports(DType type);
+
+// The Hessian accumulator's product 2/n X^T X over every input it was shown: [cols][cols],
+// row-major, symmetric.
+struct Hessian {
+  int64_t cols = 0;
+  int64_t samples = 0;
+  std::vector<double> h;
+};
+
+// Quantizes w [rows][cols] (row-major) to `type` and returns the encoded rows (rows x
+// quant::row_bytes). Rows are independent and are split over the pool's threads. Throws if the
+// type is not supported, cols is not a multiple of its group, or H is not positive definite even
+// after dampening x1000.
+std::vector<uint8_t> gptq_quantize(DType type, std::span<const float> w, int64_t rows, int64_t cols,
+                                   const Hessian& hessian, const GptqOptions& options, ThreadPool& pool,
+                                   GptqStats* stats = nullptr, bool measure_proxy_loss = false);
+
+}  // namespace kestrel::calib

@@ -1,0 +1,74 @@
+#include "calib/hessian.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <Eigen/Core>
+
+#include "core/error.h"
+
+namespace kestrel::calib {
+namespace {
+
+constexpr int64_t kTile = 128;         // columns per tile of the product
+constexpr int64_t kSliceTokens = 4096;  // tokens per float product before it is added in double
+
+using RowMajorF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+}  // namespace
+
+HessianAccumulator::HessianAccumulator(int64_t cols) : cols_(cols), sum_(size_t(cols * cols), 0.0) {
+  if (cols <= 0) fail("internal: Hessian of {} columns", cols);
+}
+
+void HessianAccumulator::add(const float* x, int64_t n, ThreadPool& pool) {
+  if (n <= 0) return;
+  for (int64_t i = 0; i < n * cols_; ++i) {
+    if (!std::isfinite(x[i])) fail("non-finite calibration activation (token {}, channel {})", i / cols_, i % cols_);
+  }
+  const int64_t tiles = (cols_ + kTile - 1) / kTile;
+  // Tile pairs (i, j) with j <= i, numbered row by row: pair p's row is the largest i with
+  // i(i+1)/2 <= p.
+  const int64_t pairs = tiles * (tiles + 1) / 2;
+  for (int64_t t0 = 0; t0 < n; t0 += kSliceTokens) {
+    const int64_t rows = std::min(kSliceTokens, n - t0);
+    const Eigen::Map<const RowMajorF> X(x + t0 * cols_, rows, cols_);
+    pool.parallel_for(pairs, [&](int64_t begin, int64_t end) {
+      Eigen::MatrixXf product;
+      for (int64_t p = begin; p < end; ++p) {
+        int64_t i = int64_t((std::sqrt(8.0 * double(p) + 1.0) - 1.0) / 2.0);
+        while (i * (i + 1) / 2 > p) --i;
+        while ((i + 1) * (i + 2) / 2 <= p) ++i;
+        const int64_t j = p - i * (i + 1) / 2;
+        const int64_t ci = i * kTile, cj = j * kTile;
+        const int64_t wi = std::min(kTile, cols_ - ci), wj = std::min(kTile, cols_ - cj);
+        product.noalias() = X.middleCols(ci, wi).transpose() * X.middleCols(cj, wj);
+        for (int64_t a = 0; a < wi; ++a) {
+          double* out = sum_.data() + (ci + a) * cols_ + cj;
+          for (int64_t b = 0; b < wj; ++b) out[b] += double(product(a, b));
+        }
+      }
+    });
+  }
+  samples_ += n;
+}
+
+Hessian HessianAccumulator::hessian() const {
+  Hessian h;
+  h.cols = cols_;
+  h.samples = samples_;
+  h.h.assign(size_t(cols_ * cols_), 0.0);
+  if (samples_ == 0) return h;
+  const double scale = 2.0 / double(samples_);
+  for (int64_t r = 0; r < cols_; ++r) {
+    for (int64_t c = 0; c <= r; ++c) {
+      // (r, c) with c <= r lies in a tile pair (tile of r, tile of c) on or below the diagonal.
+      const double v = sum_[size_t(r * cols_ + c)] * scale;
+      h.h[size_t(r * cols_ + c)] = v;
+      h.h[size_t(c * cols_ + r)] = v;
+    }
+  }
+  return h;
+}
+
+}  // namespace kestrel::calib

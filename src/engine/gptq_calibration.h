@@ -1,0 +1,51 @@
+// GPTQ over a whole model, layer by layer on the already-quantized layers' outputs: the
+// calibration chunks (n_ctx tokens each, BOS first, as perplexity cuts them) run through the
+// model as ONE batch, and an ActivationObserver quantizes each linear layer the moment its inputs
+// arrive, then points the model at the quantized matrix before the forward pass reads it. So every
+// layer's Hessian comes from the inputs the quantized model really produces (AutoGPTQ's
+// block-by-block order, and its "true sequential" order inside a block: q/k/v, then the output
+// projection, gate/up, then down), in one forward pass. The price is memory: the activations of
+// all n_chunks x n_ctx tokens are held at once (about 4 x (3 x n_embd + 2 x n_ff) bytes a token).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+
+#include "calib/gptq.h"
+#include "convert/requantize.h"
+#include "core/dtype.h"
+#include "model/model.h"
+
+namespace kestrel {
+
+struct GptqCalibrationOptions {
+  int64_t n_ctx = 512;
+  int64_t n_chunks = 128;
+  int32_t bos_token = -1;  // -1: keep each chunk's first token
+  int num_threads = 2;
+  calib::GptqOptions gptq;
+  bool measure_loss = true;  // each tensor's proxy loss for GPTQ and for round-to-nearest
+};
+
+struct GptqTensorReport {
+  std::string name;
+  DType type;
+  int64_t rows = 0, cols = 0;
+  int64_t samples = 0;  // calibration tokens the Hessian was built from
+  calib::GptqStats stats;
+  double hessian_seconds = 0.0;  // building the Hessian (reported with the first matrix that reads it)
+  double seconds = 0.0;          // GPTQ of this matrix, loss measurement included
+};
+
+// Quantizes by GPTQ every matrix named in `targets` (name -> a type gptq_supports) that the
+// forward pass reaches (the layers' linear matrices; not the embedding, nor a tied output head) and
+// returns their encodings; `model` is left pointing at them. The tokens must hold n_chunks x n_ctx
+// tokens (a clear error with both numbers otherwise). on_tensor is called after each tensor.
+std::map<std::string, EncodedTensor> gptq_quantize_model(
+    Model& model, std::span<const int32_t> tokens, const std::map<std::string, DType>& targets,
+    const GptqCalibrationOptions& options, const std::function<void(const GptqTensorReport&)>& on_tensor);
+
+}  // namespace kestrel

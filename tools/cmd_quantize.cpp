@@ -72,25 +72,34 @@ ImportanceMatrix imatrix_from_calibration(const QuantizeOptions& o) {
   return std::move(r.matrix);
 }
 
-std::map<std::string, EncodedTensor> gptq_tensors(const QuantizeOptions& o, const QuantRecipe& recipe) {
+// GPTQ's encodings, and in `imatrix` the importance matrix of the same pass (for the others).
+std::map<std::string, EncodedTensor> gptq_tensors(const QuantizeOptions& o, const QuantRecipe& recipe,
+                                                  ImportanceMatrix& imatrix) {
   auto model = Model::load(o.input);
   std::map<std::string, DType> targets;
   const std::vector<QuantChoice> plan = requantize_plan(model->file(), recipe);
-  std::string others;
+  std::map<DType, int> others;  // quantized, but not by GPTQ: how many of each type
   for (size_t i = 0; i < plan.size(); ++i) {
     const std::string& name = model->file().tensors()[i].name;
     if (!plan[i].quantized) continue;
     if (calib::gptq_supports(plan[i].type) && name.starts_with("blk.")) {
       targets[name] = plan[i].type;
     } else if (plan[i].type != model->file().tensors()[i].type) {
-      others += fmt::format("{}{} ({})", others.empty() ? "" : ", ", name, dtype_name(plan[i].type));
+      ++others[plan[i].type];
     }
   }
-  if (targets.empty()) {
-    fail("--method gptq: no layer matrix of {} is to become a type GPTQ can target (INT4_SYM_G32/G64/G128, "
-         "INT4_ASYM_G32/G64/G128); {} gives: {}", o.input, recipe.name, others);
+  std::string other_types;
+  for (const auto& [type, count] : others) {
+    other_types += fmt::format("{}{} x {}", other_types.empty() ? "" : ", ", count, dtype_name(type));
   }
-  if (!others.empty()) fmt::print(stderr, "gptq: round-to-nearest for {}\n", others);
+  if (targets.empty()) {
+    fail("--method gptq: no layer matrix of {} is to become a type GPTQ can target (Q4_K, INT4_SYM_G32/G64/G128, "
+         "INT4_ASYM_G32/G64/G128); {} gives: {}", o.input, recipe.name, other_types);
+  }
+  if (!other_types.empty()) {
+    fmt::print(stderr, "gptq: the other matrices by their type's quantizer, with this pass's importance matrix "
+               "where the type weighs error: {}\n", other_types);
+  }
   const auto tokenizer = Tokenizer::from_gguf(model->file());
   const std::vector<TokenId> tokens = calibration_tokens(*tokenizer, o);
   GptqCalibrationOptions options;
@@ -119,7 +128,7 @@ std::map<std::string, EncodedTensor> gptq_tensors(const QuantizeOptions& o, cons
     loss += r.stats.proxy_loss;
     loss_rtn += r.stats.proxy_loss_rtn;
     progress.update(++done);
-  });
+  }, &imatrix);
   progress.finish();
   if (encoded.size() != targets.size()) {
     fail("internal: GPTQ reached {} of {} matrices", encoded.size(), targets.size());
@@ -155,7 +164,10 @@ void quantize(const QuantizeOptions& o) {
     imatrix = imatrix_from_calibration(o);
   }
   std::map<std::string, EncodedTensor> encoded;
-  if (method == "gptq") encoded = gptq_tensors(o, *recipe);
+  if (method == "gptq") {
+    imatrix.emplace();
+    encoded = gptq_tensors(o, *recipe, *imatrix);
+  }
 
   int fallbacks = 0, weighted = 0, unweighted = 0, calibrated = 0;
   std::string unweighted_names;
@@ -166,7 +178,7 @@ void quantize(const QuantizeOptions& o) {
                  note.tensor, dtype_name(note.wanted), dtype_name(note.to));
     }
     calibrated += !note.method.empty();
-    if (imatrix && note.from != note.to && note.to != DType::F32) {
+    if (imatrix && note.method.empty() && note.from != note.to && note.to != DType::F32) {
       if (note.weighted) {
         ++weighted;
       } else {
@@ -203,7 +215,7 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("--token-embedding-type", options->embedding_type, "type of token_embd.weight (as llama-quantize)");
   cmd->add_option("--method", options->method,
                   "rtn (round to nearest), imatrix (importance-weighted error: Q4_K, Q5_K, Q6_K) or gptq "
-                  "(INT4_SYM_G*/INT4_ASYM_G*, needs --calib); default: imatrix with --imatrix or --calib, "
+                  "(Q4_K, INT4_SYM_G*/INT4_ASYM_G*, needs --calib); default: imatrix with --imatrix or --calib, "
                   "else rtn")
       ->check(CLI::IsMember({"rtn", "imatrix", "gptq"}));
   cmd->add_option("--imatrix", options->imatrix,

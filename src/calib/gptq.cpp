@@ -2,99 +2,21 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
-#include <cstring>
 #include <cmath>
+#include <mutex>
 #include <numeric>
 
 #include <Eigen/Cholesky>
 #include <Eigen/Core>
-#include <Eigen/LU>
 
+#include "calib/grid_format.h"
 #include "core/error.h"
-#include "core/half.h"
-#include "quant/blocks.h"
 #include "quant/format.h"
 
 namespace kestrel::calib {
 namespace {
 
 using RowMajorD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-struct FormatGrid {
-  int64_t group = 0;
-  bool symmetric = false;
-};
-
-FormatGrid format_grid(DType type) {
-  switch (type) {
-    case DType::INT4_SYM_G32: return {32, true};
-    case DType::INT4_SYM_G64: return {64, true};
-    case DType::INT4_SYM_G128: return {128, true};
-    case DType::INT4_ASYM_G32: return {32, false};
-    case DType::INT4_ASYM_G64: return {64, false};
-    case DType::INT4_ASYM_G128: return {128, false};
-    default: fail("GPTQ cannot target {}: it quantizes to INT4_SYM_G32/G64/G128 and INT4_ASYM_G32/G64/G128", dtype_name(type));
-  }
-}
-
-// One group's grid, chosen and applied exactly as quant/int_formats.cpp's round-to-nearest
-// quantizers do (F16 scale and minimum as stored; levels in float, ties to even).
-struct GroupGrid {
-  uint16_t d16 = 0, m16 = 0;
-  float d = 0.0f, m = 0.0f, inverse = 0.0f;
-  bool symmetric = false;
-
-  static GroupGrid choose(const float* x, int64_t g, bool symmetric) {
-    GroupGrid grid;
-    grid.symmetric = symmetric;
-    if (symmetric) {
-      float extreme = 0.0f;
-      for (int64_t i = 0; i < g; ++i) {
-        if (std::fabs(x[i]) > std::fabs(extreme)) extreme = x[i];
-      }
-      grid.d16 = float_to_fp16(extreme / -8.0f);
-    } else {
-      float lo = x[0], hi = x[0];
-      for (int64_t i = 1; i < g; ++i) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
-      grid.d16 = float_to_fp16((hi - lo) / 15.0f);
-      grid.m16 = float_to_fp16(lo);
-      grid.m = fp16_to_float(grid.m16);
-    }
-    grid.d = fp16_to_float(grid.d16);
-    grid.inverse = grid.d != 0.0f ? 1.0f / grid.d : 0.0f;
-    return grid;
-  }
-  int level(float x) const {
-    if (symmetric) return int(std::clamp(std::nearbyint(x * inverse), -8.0f, 7.0f)) + 8;
-    return int(std::clamp(std::nearbyint((x - m) * inverse), 0.0f, 15.0f));
-  }
-  // d * q is exact in float (an F16 times a 4-bit integer), so this is the format's dequantized
-  // value whether or not the compiler fuses the add.
-  float value(int level) const { return symmetric ? d * float(level - 8) : d * float(level) + m; }
-};
-
-// Writes one row's groups: levels [cols] (0..15), grids [cols / g].
-void encode_row(DType type, const FormatGrid& f, const uint8_t* levels, const GroupGrid* grids, int64_t cols,
-                uint8_t* out) {
-  const int64_t g = f.group;
-  const int64_t block_bytes = quant::require_format(type).block_bytes;
-  for (int64_t b = 0; b < cols / g; ++b) {
-    uint8_t* block = out + b * block_bytes;
-    uint8_t* qs;
-    if (f.symmetric) {
-      std::memcpy(block, &grids[b].d16, 2);
-      qs = block + 2;
-    } else {
-      std::memcpy(block, &grids[b].d16, 2);
-      std::memcpy(block + 2, &grids[b].m16, 2);
-      qs = block + 4;
-    }
-    // Byte l: element l in the low nibble, element l + g/2 in the high one (quant/blocks.h).
-    const uint8_t* lv = levels + b * g;
-    for (int64_t l = 0; l < g / 2; ++l) qs[l] = uint8_t(lv[l] | lv[l + g / 2] << 4);
-  }
-}
 
 // sum_r e_r^T H e_r over the rows of e [rows][cols].
 double proxy_loss(const RowMajorD& e, const Eigen::Map<const RowMajorD>& h) {
@@ -132,26 +54,22 @@ bool upper_cholesky_of_inverse(const Eigen::MatrixXd& h, double lambda, ThreadPo
 
 }  // namespace
 
-bool gptq_supports(DType type) {
-  switch (type) {
-    case DType::INT4_SYM_G32: case DType::INT4_SYM_G64: case DType::INT4_SYM_G128:
-    case DType::INT4_ASYM_G32: case DType::INT4_ASYM_G64: case DType::INT4_ASYM_G128: return true;
-    default: return false;
-  }
-}
+bool gptq_supports(DType type) { return GridFormat::supports(type); }
 
 std::vector<uint8_t> gptq_quantize(DType type, std::span<const float> w, int64_t rows, int64_t cols,
                                    const Hessian& hessian, const GptqOptions& o, ThreadPool& pool,
                                    GptqStats* stats, bool measure_proxy_loss) {
-  const FormatGrid f = format_grid(type);
-  const int64_t g = f.group;
-  if (cols % g != 0) fail("GPTQ to {}: {} columns are not a multiple of the group of {}", dtype_name(type), cols, g);
+  const GridFormat& f = GridFormat::of(type);
+  const int64_t bv = f.block_values(), gv = f.group_values();
+  if (cols % bv != 0) fail("GPTQ to {}: {} columns are not a multiple of its blocks of {}", dtype_name(type), cols, bv);
   if (int64_t(w.size()) != rows * cols) fail("internal: GPTQ weights of {} values for {} x {}", w.size(), rows, cols);
   if (hessian.cols != cols || int64_t(hessian.h.size()) != cols * cols) {
     fail("internal: GPTQ Hessian of {} columns for a matrix of {}", hessian.cols, cols);
   }
-  if (o.block_size <= 0 || o.block_size % g != 0) {
-    fail("GPTQ block size {} is not a multiple of the group of {}", o.block_size, g);
+  // Lazy batches hold whole blocks, so a block's grids can be chosen when its first column comes up.
+  const int64_t lazy = std::max(o.block_size, bv);
+  if (o.block_size <= 0 || lazy % bv != 0) {
+    fail("GPTQ block size {} is not a multiple of {}'s blocks of {}", o.block_size, dtype_name(type), bv);
   }
   GptqStats local;
   GptqStats& st = stats ? *stats : local;
@@ -167,13 +85,21 @@ std::vector<uint8_t> gptq_quantize(DType type, std::span<const float> w, int64_t
       ++st.dead_columns;
     }
   }
-  const int64_t groups = cols / g;
-  // Static grids (act_order) from the unquantized weights; otherwise filled as groups come up.
-  std::vector<GroupGrid> grids(static_cast<size_t>(rows * groups));
+  // The importance of each column for formats whose quantizer weighs its error (Q4_K): the mean
+  // squared input, i.e. the imatrix, which is half the Hessian's diagonal.
+  std::vector<float> importance(static_cast<size_t>(cols));
+  for (int64_t c = 0; c < cols; ++c) importance[size_t(c)] = float(h_in(c, c) / 2.0);
+  const int64_t blocks = cols / bv, groups = cols / gv, block_bytes = f.block_bytes();
+  const int64_t row_bytes = quant::row_bytes(quant::require_format(type), cols);
+  std::vector<uint8_t> out(static_cast<size_t>(rows * row_bytes));
+  // Grids: chosen up front from the unquantized weights (act_order: static groups), or as each
+  // block's first column comes up.
+  std::vector<AffineGrid> grids(static_cast<size_t>(rows * groups));
   if (o.act_order) {
     for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t b = 0; b < groups; ++b) {
-        grids[size_t(r * groups + b)] = GroupGrid::choose(w0.data() + r * cols + b * g, g, f.symmetric);
+      for (int64_t b = 0; b < blocks; ++b) {
+        f.choose(w0.data() + r * cols + b * bv, importance.data() + b * bv, out.data() + r * row_bytes + b * block_bytes,
+                 grids.data() + r * groups + b * (bv / gv));
       }
     }
   }
@@ -187,6 +113,7 @@ std::vector<uint8_t> gptq_quantize(DType type, std::span<const float> w, int64_t
   for (int64_t i = 0; i < cols; ++i) {
     for (int64_t j = 0; j < cols; ++j) hp(i, j) = h(perm[size_t(i)], perm[size_t(j)]);
   }
+  h = Eigen::MatrixXd();  // cols^2 doubles: the big copies are not kept longer than needed
 
   // U: the upper Cholesky factor of (H + lambda I)^-1, dampening raised while H is not positive
   // definite.
@@ -202,8 +129,7 @@ std::vector<uint8_t> gptq_quantize(DType type, std::span<const float> w, int64_t
     }
   }
 
-  const int64_t row_bytes = quant::row_bytes(quant::require_format(type), cols);
-  std::vector<uint8_t> out(static_cast<size_t>(rows * row_bytes));
+  hp = Eigen::MatrixXd();
   std::vector<uint8_t> levels(static_cast<size_t>(rows * cols));
   pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
     const int64_t n = r1 - r0;
@@ -211,23 +137,25 @@ std::vector<uint8_t> gptq_quantize(DType type, std::span<const float> w, int64_t
     for (int64_t r = 0; r < n; ++r) {
       for (int64_t i = 0; i < cols; ++i) wp(r, i) = w0[size_t((r0 + r) * cols + perm[size_t(i)])];
     }
-    RowMajorD err(n, o.block_size);
-    std::vector<float> group_values(static_cast<size_t>(g));
-    for (int64_t i1 = 0; i1 < cols; i1 += o.block_size) {
-      const int64_t i2 = std::min(cols, i1 + o.block_size);
+    RowMajorD err(n, lazy);
+    std::vector<float> block_values(static_cast<size_t>(bv));
+    for (int64_t i1 = 0; i1 < cols; i1 += lazy) {
+      const int64_t i2 = std::min(cols, i1 + lazy);
       for (int64_t i = i1; i < i2; ++i) {
         const int64_t col = perm[size_t(i)];
         const double d = u(i, i);
         for (int64_t r = 0; r < n; ++r) {
-          GroupGrid& grid = grids[size_t((r0 + r) * groups + col / g)];
-          if (!o.act_order && i % g == 0) {
-            // The group's columns are i..i+g-1 (no permutation), all inside this lazy batch.
-            for (int64_t k = 0; k < g; ++k) group_values[size_t(k)] = float(wp(r, i + k));
-            grid = GroupGrid::choose(group_values.data(), g, f.symmetric);
+          const int64_t row = r0 + r;
+          if (!o.act_order && i % bv == 0) {
+            // The block's columns are i..i+bv-1 (no permutation), all inside this lazy batch.
+            for (int64_t k = 0; k < bv; ++k) block_values[size_t(k)] = float(wp(r, i + k));
+            f.choose(block_values.data(), importance.data() + i, out.data() + row * row_bytes + (i / bv) * block_bytes,
+                     grids.data() + row * groups + (i / bv) * (bv / gv));
           }
+          const AffineGrid& grid = grids[size_t(row * groups + col / gv)];
           const double wv = wp(r, i);
           const int level = grid.level(float(wv));
-          levels[size_t((r0 + r) * cols + col)] = uint8_t(level);
+          levels[size_t(row * cols + col)] = uint8_t(level);
           const double e = (wv - double(grid.value(level))) / d;
           err(r, i - i1) = e;
           // The rest of the batch absorbs this column's error now; later batches all at once.
@@ -239,7 +167,9 @@ std::vector<uint8_t> gptq_quantize(DType type, std::span<const float> w, int64_t
       }
     }
     for (int64_t r = r0; r < r1; ++r) {
-      encode_row(type, f, levels.data() + r * cols, grids.data() + r * groups, cols, out.data() + r * row_bytes);
+      for (int64_t b = 0; b < blocks; ++b) {
+        f.set_levels(out.data() + r * row_bytes + b * block_bytes, levels.data() + r * cols + b * bv);
+      }
     }
   });
 

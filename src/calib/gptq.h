@@ -14,9 +14,9 @@
 // reads without any reordering. Without act_order a group's grid is chosen from the updated
 // weights when its first column comes up.
 //
-// The grid is the target format's own (Kestrel's INT4 per-group formats, quant/blocks.h), with its
-// scale and minimum rounded to F16 as stored, and a group's grid is chosen exactly as the format's
-// round-to-nearest quantizer chooses it: with a diagonal H, GPTQ gives RTN's bytes.
+// The grids are the target format's own, chosen by its own quantizer (calib/grid_format.h: Q4_K's
+// importance-weighted one with half H's diagonal, the imatrix, as importance; Kestrel's INT4
+// per-group formats' round-to-nearest), so with a diagonal H GPTQ gives that quantizer's bytes.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,8 @@ namespace kestrel::calib {
 struct GptqOptions {
   double damp_percent = 0.01;  // dampening: H += damp_percent * mean(diag H) * I
   bool act_order = true;       // columns by decreasing H diagonal, static groups
-  int64_t block_size = 128;    // lazy batch width in columns (a multiple of the group size)
+  int64_t block_size = 128;    // lazy batch width in columns: a multiple of the format's block
+                               // (raised to it when smaller: Q4_K's 256)
 };
 
 struct GptqStats {
@@ -44,7 +45,8 @@ struct GptqStats {
   double proxy_loss_rtn = 0.0;
 };
 
-// True for the formats GPTQ can target (INT4_SYM_G32/64/128, INT4_ASYM_G32/64/128).
+// True for the formats GPTQ can target (calib/grid_format.h: Q4_K, INT4_SYM_G32/64/128,
+// INT4_ASYM_G32/64/128).
 bool gptq_supports(DType type);
 
 // The Hessian accumulator's product 2/n X^T X over every input it was shown: [cols][cols],

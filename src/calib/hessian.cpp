@@ -10,7 +10,7 @@
 namespace kestrel::calib {
 namespace {
 
-constexpr int64_t kTile = 128;         // columns per tile of the product
+constexpr int64_t kTile = 256;         // columns per tile of the product
 constexpr int64_t kSliceTokens = 4096;  // tokens per float product before it is added in double
 
 using RowMajorF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;

@@ -1,6 +1,6 @@
 // Accumulates a linear layer's GPTQ Hessian H = 2/n sum_t x_t x_t^T over its calibration inputs
 // x_t (rows of [n][cols]). The sum is kept in double; each call's product X^T X is computed in
-// float tiles of 128 x 128 (only the lower triangle's tiles, shared out over the pool's threads)
+// float tiles of 256 x 256 (only the lower triangle's tiles, shared out over the pool's threads)
 // over slices of at most 4096 tokens, each slice's tile added into the double sum.
 #pragma once
 

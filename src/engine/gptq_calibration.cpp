@@ -5,6 +5,7 @@
 
 #include "calib/hessian.h"
 #include "core/error.h"
+#include "engine/imatrix.h"
 #include "quant/format.h"
 #include "runner/model_runner.h"
 
@@ -44,6 +45,7 @@ class GptqLayerQuantizer : public ActivationObserver {
       : model_(model), targets_(targets), options_(o), on_tensor_(on_tensor), pool_(o.num_threads) {}
 
   void observe(int64_t layer, LinearKind kind, const float* x, int64_t n, int64_t cols) override {
+    importance_.observe(layer, kind, x, n, cols);
     std::vector<std::pair<std::string, LinearKind>> todo;
     for (LinearKind k : readers_of(kind)) {
       std::string name = linear_tensor_name(layer, k);
@@ -66,6 +68,7 @@ class GptqLayerQuantizer : public ActivationObserver {
   }
 
   std::map<std::string, EncodedTensor>& encoded() { return encoded_; }
+  ImportanceMatrix& importance() { return importance_.matrix(); }
 
  private:
   void quantize(const std::string& name, const WeightView& view, const calib::Hessian& hessian,
@@ -97,6 +100,7 @@ class GptqLayerQuantizer : public ActivationObserver {
   const GptqCalibrationOptions& options_;
   const std::function<void(const GptqTensorReport&)>& on_tensor_;
   ThreadPool pool_;
+  ImatrixCollector importance_{/*include_output=*/false};
   std::map<std::string, EncodedTensor> encoded_;
 };
 
@@ -104,7 +108,8 @@ class GptqLayerQuantizer : public ActivationObserver {
 
 std::map<std::string, EncodedTensor> gptq_quantize_model(
     Model& model, std::span<const int32_t> tokens, const std::map<std::string, DType>& targets,
-    const GptqCalibrationOptions& o, const std::function<void(const GptqTensorReport&)>& on_tensor) {
+    const GptqCalibrationOptions& o, const std::function<void(const GptqTensorReport&)>& on_tensor,
+    ImportanceMatrix* imatrix) {
   if (o.n_ctx < 2 || o.n_chunks < 1) fail("GPTQ calibration needs chunks of at least 2 tokens, got {} x {}", o.n_chunks, o.n_ctx);
   if (int64_t(tokens.size()) < o.n_chunks * o.n_ctx) {
     fail("the calibration text has {} tokens: {} chunks of {} tokens need {} (use a longer text, fewer "
@@ -143,6 +148,11 @@ std::map<std::string, EncodedTensor> gptq_quantize_model(
   GptqLayerQuantizer quantizer(model, targets, o, on_tensor);
   runner.set_activation_observer(&quantizer);
   runner.execute(chunks);
+  if (imatrix != nullptr) {
+    *imatrix = std::move(quantizer.importance());
+    imatrix->chunk_count = o.n_chunks;
+    imatrix->chunk_size = o.n_ctx;
+  }
   return std::move(quantizer.encoded());
 }
 

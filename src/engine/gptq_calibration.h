@@ -15,6 +15,7 @@
 #include <string>
 
 #include "calib/gptq.h"
+#include "convert/imatrix_file.h"
 #include "convert/requantize.h"
 #include "core/dtype.h"
 #include "model/model.h"
@@ -44,8 +45,12 @@ struct GptqTensorReport {
 // forward pass reaches (the layers' linear matrices; not the embedding, nor a tied output head) and
 // returns their encodings; `model` is left pointing at them. The tokens must hold n_chunks x n_ctx
 // tokens (a clear error with both numbers otherwise). on_tensor is called after each tensor.
+// With `imatrix`, it also receives the importance matrix of every linear layer's inputs over the
+// same pass (llama-imatrix's statistics, on the partly quantized model): what the tensors GPTQ
+// does not target (Q6_K in a Q4_K_M mixture) are quantized with.
 std::map<std::string, EncodedTensor> gptq_quantize_model(
     Model& model, std::span<const int32_t> tokens, const std::map<std::string, DType>& targets,
-    const GptqCalibrationOptions& options, const std::function<void(const GptqTensorReport&)>& on_tensor);
+    const GptqCalibrationOptions& options, const std::function<void(const GptqTensorReport&)>& on_tensor,
+    ImportanceMatrix* imatrix = nullptr);
 
 }  // namespace kestrel

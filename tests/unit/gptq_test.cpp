@@ -144,6 +144,49 @@ TEST(Gptq, DiagonalHessianGivesRoundToNearest) {
   }
 }
 
+TEST(Gptq, Q4KWithADiagonalHessianGivesTheImportanceWeightedQuantizer) {
+  // Q4_K's grids come from its importance-weighted quantizer with the imatrix (half H's diagonal);
+  // with nothing to spread GPTQ keeps its bytes exactly, in and out of act-order; with a real
+  // Hessian it keeps every block's scales and lowers the output error.
+  const Layer l = make_layer(13, 6, 512, 700, {});
+  ThreadPool pool(2);
+  calib::Hessian diag{l.cols, 1, std::vector<double>(size_t(l.cols * l.cols), 0.0)};
+  std::vector<float> importance(static_cast<size_t>(l.cols));
+  for (int64_t c = 0; c < l.cols; ++c) {
+    diag.h[size_t(c * l.cols + c)] = 1.0 + double(c % 7);
+    importance[size_t(c)] = float(diag.h[size_t(c * l.cols + c)] / 2.0);
+  }
+  const quant::WeightFormat& f = quant::require_format(DType::Q4_K);
+  const int64_t row_bytes = quant::row_bytes(f, l.cols);
+  std::vector<uint8_t> weighted(static_cast<size_t>(l.rows * row_bytes));
+  for (int64_t r = 0; r < l.rows; ++r) {
+    f.quantize_row_weighted(l.w.data() + r * l.cols, weighted.data() + r * row_bytes, l.cols, importance.data());
+  }
+  for (bool act_order : {false, true}) {
+    calib::GptqOptions o;
+    o.act_order = act_order;
+    EXPECT_EQ(calib::gptq_quantize(DType::Q4_K, l.w, l.rows, l.cols, diag, o, pool), weighted) << act_order;
+  }
+  calib::GptqOptions o;
+  calib::GptqStats stats;
+  const calib::Hessian h = plain_hessian(l);
+  const auto q = calib::gptq_quantize(DType::Q4_K, l.w, l.rows, l.cols, h, o, pool, &stats, true);
+  EXPECT_LT(stats.proxy_loss, 0.6 * stats.proxy_loss_rtn);
+  // Static groups: each block's header (d, dmin, scales) is the weighted quantizer's on the
+  // unquantized row; only the levels moved.
+  std::vector<float> imatrix(static_cast<size_t>(l.cols));
+  for (int64_t c = 0; c < l.cols; ++c) imatrix[size_t(c)] = float(h.h[size_t(c * l.cols + c)] / 2.0);
+  std::vector<uint8_t> header(static_cast<size_t>(row_bytes));
+  for (int64_t r = 0; r < l.rows; ++r) {
+    f.quantize_row_weighted(l.w.data() + r * l.cols, header.data(), l.cols, imatrix.data());
+    for (int64_t b = 0; b < l.cols / 256; ++b) {
+      const uint8_t* want = header.data() + b * 144;
+      const uint8_t* got = q.data() + r * row_bytes + b * 144;
+      EXPECT_EQ(std::vector<uint8_t>(want, want + 16), std::vector<uint8_t>(got, got + 16)) << r << " " << b;
+    }
+  }
+}
+
 TEST(Gptq, HessianAccumulatorMatchesAPlainSum) {
   // 300 columns: tiles of 128 with a ragged last one; 5000 tokens in two calls, past one slice.
   const Layer l = make_layer(9, 1, 300, 5000, {17});
@@ -184,10 +227,11 @@ TEST(Gptq, ClearErrors) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message(DType::Q4_K, 128).find("GPTQ cannot target Q4_K"), std::string::npos);
-  EXPECT_NE(message(DType::INT4_ASYM_G64, 128).find("96 columns are not a multiple of the group of 64"),
+  EXPECT_NE(message(DType::Q6_K, 128).find("GPTQ cannot target Q6_K: it quantizes to Q4_K, INT4_SYM"), std::string::npos);
+  EXPECT_NE(message(DType::Q4_K, 128).find("96 columns are not a multiple of its blocks of 256"), std::string::npos);
+  EXPECT_NE(message(DType::INT4_ASYM_G64, 128).find("96 columns are not a multiple of its blocks of 64"),
             std::string::npos);
-  EXPECT_NE(message(DType::INT4_ASYM_G32, 48).find("block size 48 is not a multiple of the group of 32"),
+  EXPECT_NE(message(DType::INT4_ASYM_G32, 48).find("block size 48 is not a multiple of INT4_ASYM_G32's blocks of 32"),
             std::string::npos);
   calib::HessianAccumulator acc(4);
   const float bad[8] = {1, 2, 3, 4, 5, NAN, 7, 8};

@@ -1,0 +1,117 @@
+// Importance-weighted quantizers (Q4_K, Q5_K, Q6_K; llama-quantize --imatrix) and the imatrix's
+// model check. The weighted quantizer must beat the unweighted one on the error it is asked to
+// minimise, sum_i importance_i (x_i - q_i)^2, on random rows whose channels differ in importance
+// as real imatrices do, and must not be worse than it on plain error when every channel matters
+// alike. An imatrix made for another model is a clear error before any work.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "convert/imatrix_file.h"
+#include "core/error.h"
+#include "loader/gguf_reader.h"
+#include "quant/format.h"
+#include "test_paths.h"
+
+namespace kestrel {
+namespace {
+
+struct Errors {
+  double weighted = 0.0, plain = 0.0;
+};
+
+// Weighted and plain squared error of a row quantized with `importance` (null: unweighted).
+Errors errors(const quant::WeightFormat& f, const std::vector<float>& x, const std::vector<float>& importance,
+              bool use_importance) {
+  const int64_t n = int64_t(x.size());
+  std::vector<uint8_t> bytes(static_cast<size_t>(quant::row_bytes(f, n)));
+  if (use_importance) {
+    f.quantize_row_weighted(x.data(), bytes.data(), n, importance.data());
+  } else {
+    f.quantize_row(x.data(), bytes.data(), n);
+  }
+  std::vector<float> y(x.size());
+  f.dequantize_row(bytes.data(), y.data(), n);
+  Errors e;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double d = double(x[i]) - double(y[i]);
+    e.weighted += double(importance[i]) * d * d;
+    e.plain += d * d;
+  }
+  return e;
+}
+
+TEST(WeightedQuantizers, BeatUnweightedOnTheImportanceWeightedError) {
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal;
+  std::lognormal_distribution<float> spread(0.0f, 1.5f);  // a few channels far more important
+  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const quant::WeightFormat& f = quant::require_format(type);
+    ASSERT_NE(f.quantize_row_weighted, nullptr) << dtype_name(type);
+    const int64_t n = 3 * 256;  // three super-blocks
+    std::vector<float> importance(static_cast<size_t>(n));
+    for (float& v : importance) v = spread(rng);
+    Errors weighted, unweighted;
+    for (int row = 0; row < 40; ++row) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float& v : x) v = normal(rng) * 0.02f;
+      x[size_t(row * 7 % n)] = 0.3f;  // an outlier now and then
+      const Errors w = errors(f, x, importance, true), u = errors(f, x, importance, false);
+      weighted.weighted += w.weighted, weighted.plain += w.plain;
+      unweighted.weighted += u.weighted, unweighted.plain += u.plain;
+    }
+    EXPECT_LT(weighted.weighted, 0.9 * unweighted.weighted) << dtype_name(type);
+    // The price is paid on the channels that matter little: plain error goes up.
+    EXPECT_GT(weighted.plain, unweighted.plain) << dtype_name(type);
+  }
+}
+
+TEST(WeightedQuantizers, UniformImportanceLosesNothingOnPlainError) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const quant::WeightFormat& f = quant::require_format(type);
+    const int64_t n = 5 * 256;
+    const std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+    double weighted = 0.0, unweighted = 0.0;
+    for (int row = 0; row < 20; ++row) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float& v : x) v = normal(rng);
+      weighted += errors(f, x, ones, true).plain;
+      unweighted += errors(f, x, ones, false).plain;
+    }
+    // llama.cpp's weights with uniform importance are sqrt(sigma^2 + x^2): a mild tilt toward
+    // large values, so plain error may differ a little, never by much.
+    EXPECT_LT(weighted, 1.05 * unweighted) << dtype_name(type);
+  }
+}
+
+TEST(ImatrixCheck, AnImatrixForAnotherModelIsAClearError) {
+  const auto model = gguf::GgufFile::open(test::shared_model_path("stories260K.gguf"));
+  ImportanceMatrix good;
+  good.entries["blk.0.attn_q.weight"] = {std::vector<double>(64, 1.0), {10}};
+  EXPECT_NO_THROW(check_imatrix_matches(good, *model, "good.gguf"));
+  auto message = [&](const ImportanceMatrix& m) {
+    try {
+      check_imatrix_matches(m, *model, "other.gguf");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ImportanceMatrix wrong_size;
+  wrong_size.entries["blk.0.attn_q.weight"] = {std::vector<double>(896, 1.0), {10}};
+  EXPECT_NE(message(wrong_size).find("'blk.0.attn_q.weight' has 896 values per matrix, but"), std::string::npos)
+      << message(wrong_size);
+  EXPECT_NE(message(wrong_size).find("rows of 64: an imatrix made for another model?"), std::string::npos);
+  ImportanceMatrix wrong_name;
+  wrong_name.entries["blk.30.ffn_down.weight"] = {std::vector<double>(64, 1.0), {10}};
+  EXPECT_NE(message(wrong_name).find("imatrix entry 'blk.30.ffn_down.weight' is not a tensor of"), std::string::npos)
+      << message(wrong_name);
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -113,20 +113,23 @@ std::map<std::string, EncodedTensor> gptq_tensors(const QuantizeOptions& o, cons
              o.calib_chunks, o.calib_ctx, o.calib, options.gptq.act_order ? "act-order, static groups" : "in order",
              o.damp);
   const auto start = std::chrono::steady_clock::now();
-  double loss = 0.0, loss_rtn = 0.0, hessian_seconds = 0.0, gptq_seconds = 0.0;
+  double loss = 0.0, loss_base = 0.0, hessian_seconds = 0.0, gptq_seconds = 0.0;
   ProgressBar progress("gptq", int64_t(targets.size()));
-  int64_t done = 0;
+  int64_t done = 0, kept = 0;
   auto encoded = gptq_quantize_model(*model, tokens, targets, options, [&](const GptqTensorReport& r) {
     progress.clear();
-    const double ratio = r.stats.proxy_loss_rtn > 0 ? r.stats.proxy_loss / r.stats.proxy_loss_rtn : 0.0;
-    fmt::print(stderr, "gptq: {:<28} {:>6} x {:<6} {}  output error vs RTN {:.3f}{}{}  {:.1f} s\n", r.name, r.rows,
-               r.cols, dtype_name(r.type), ratio,
+    const double ratio = r.stats.proxy_loss_baseline > 0 ? r.stats.proxy_loss / r.stats.proxy_loss_baseline : 0.0;
+    const char* baseline = quant::require_format(r.type).quantize_row_weighted != nullptr ? "imatrix" : "RTN";
+    fmt::print(stderr, "gptq: {:<28} {:>6} x {:<6} {}  output error vs {} {:.3f}{}{}{}  {:.1f} s\n", r.name, r.rows,
+               r.cols, dtype_name(r.type), baseline, ratio,
+               r.stats.kept_baseline ? fmt::format(" (kept {}'s)", baseline) : "",
                r.stats.dead_columns > 0 ? fmt::format("  {} dead columns", r.stats.dead_columns) : "",
                r.stats.damp_used != o.damp ? fmt::format("  damp raised to {}", r.stats.damp_used) : "", r.seconds);
     hessian_seconds += r.hessian_seconds;
     gptq_seconds += r.seconds;
-    loss += r.stats.proxy_loss;
-    loss_rtn += r.stats.proxy_loss_rtn;
+    loss += r.stats.kept_baseline ? r.stats.proxy_loss_baseline : r.stats.proxy_loss;
+    loss_base += r.stats.proxy_loss_baseline;
+    kept += r.stats.kept_baseline;
     progress.update(++done);
   }, &imatrix);
   progress.finish();
@@ -135,8 +138,9 @@ std::map<std::string, EncodedTensor> gptq_tensors(const QuantizeOptions& o, cons
   }
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   fmt::print(stderr, "gptq: {} matrices in {:.1f} s (Hessians {:.1f} s, GPTQ {:.1f} s, forward pass {:.1f} s); summed "
-             "output error {:.4g} (RTN {:.4g}, ratio {:.3f})\n", encoded.size(), total, hessian_seconds, gptq_seconds,
-             total - hessian_seconds - gptq_seconds, loss, loss_rtn, loss_rtn > 0 ? loss / loss_rtn : 0.0);
+             "output error {:.4g}, the types' own quantizers' {:.4g} (ratio {:.3f}); {} kept their quantizer's "
+             "encoding (lower error)\n", encoded.size(), total, hessian_seconds, gptq_seconds,
+             total - hessian_seconds - gptq_seconds, loss, loss_base, loss_base > 0 ? loss / loss_base : 0.0, kept);
   return encoded;
 }
 
@@ -169,8 +173,9 @@ void quantize(const QuantizeOptions& o) {
     encoded = gptq_tensors(o, *recipe, *imatrix);
   }
 
-  int fallbacks = 0, weighted = 0, unweighted = 0, calibrated = 0;
-  std::string unweighted_names;
+  int fallbacks = 0, weighted = 0, calibrated = 0;
+  std::map<DType, int> no_weighted_quantizer;  // unweighted because the type cannot weigh error
+  std::string no_entry;                        // unweighted because the imatrix has no entry
   requantize_gguf(o.input, o.output, *recipe, [&](const RequantizeNote& note) {
     if (note.fallback) {
       ++fallbacks;
@@ -181,16 +186,21 @@ void quantize(const QuantizeOptions& o) {
     if (imatrix && note.method.empty() && note.from != note.to && note.to != DType::F32) {
       if (note.weighted) {
         ++weighted;
+      } else if (quant::require_format(note.to).quantize_row_weighted == nullptr) {
+        ++no_weighted_quantizer[note.to];
       } else {
-        ++unweighted;
-        unweighted_names += (unweighted_names.empty() ? "" : ", ") + fmt::format("{} ({})", note.tensor, dtype_name(note.to));
+        no_entry += fmt::format("{}{} ({})", no_entry.empty() ? "" : ", ", note.tensor, dtype_name(note.to));
       }
     }
   }, o.threads, imatrix ? &*imatrix : nullptr, encoded.empty() ? nullptr : &encoded);
   if (imatrix) {
-    fmt::print(stderr, "imatrix: {} tensors quantized with importance weights, {} without{}{}\n", weighted,
-               unweighted, unweighted > 0 ? " (no entry or no weighted quantizer for the type): " : "",
-               unweighted_names);
+    std::string types;
+    for (const auto& [type, count] : no_weighted_quantizer) {
+      types += fmt::format("{}{} x {}", types.empty() ? "" : ", ", count, dtype_name(type));
+    }
+    fmt::print(stderr, "imatrix: {} tensors quantized with importance weights{}{}{}{}\n", weighted,
+               types.empty() ? "" : "; without (their type has no weighted quantizer): ", types,
+               no_entry.empty() ? "" : "; without (no imatrix entry): ", no_entry);
   }
   if (method == "gptq") fmt::print(stderr, "gptq: {} tensors written from GPTQ\n", calibrated);
   fmt::print(stderr, "wrote {} ({}, {}; {} tensors fell back to a higher-precision type)\n", o.output,

@@ -175,24 +175,33 @@ std::vector<uint8_t> gptq_quantize(DType type, std::span<const float> w, int64_t
 
   if (measure_proxy_loss) {
     const quant::WeightFormat& format = quant::require_format(type);
+    std::vector<uint8_t> baseline(out.size());
     std::mutex mutex;
     pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-      RowMajorD e(r1 - r0, cols), e_rtn(r1 - r0, cols);
+      RowMajorD e(r1 - r0, cols), e_base(r1 - r0, cols);
       std::vector<float> deq(static_cast<size_t>(cols));
-      std::vector<uint8_t> rtn(static_cast<size_t>(row_bytes));
       for (int64_t r = r0; r < r1; ++r) {
         const float* wr = w.data() + r * cols;
         format.dequantize_row(out.data() + r * row_bytes, deq.data(), cols);
         for (int64_t c = 0; c < cols; ++c) e(r - r0, c) = double(wr[c]) - double(deq[size_t(c)]);
-        format.quantize_row(wr, rtn.data(), cols);
-        format.dequantize_row(rtn.data(), deq.data(), cols);
-        for (int64_t c = 0; c < cols; ++c) e_rtn(r - r0, c) = double(wr[c]) - double(deq[size_t(c)]);
+        uint8_t* base = baseline.data() + r * row_bytes;
+        if (format.quantize_row_weighted != nullptr) {
+          format.quantize_row_weighted(wr, base, cols, importance.data());
+        } else {
+          format.quantize_row(wr, base, cols);
+        }
+        format.dequantize_row(base, deq.data(), cols);
+        for (int64_t c = 0; c < cols; ++c) e_base(r - r0, c) = double(wr[c]) - double(deq[size_t(c)]);
       }
-      const double loss = proxy_loss(e, h_in), loss_rtn = proxy_loss(e_rtn, h_in);
+      const double loss = proxy_loss(e, h_in), loss_base = proxy_loss(e_base, h_in);
       const std::lock_guard lock(mutex);
       st.proxy_loss += loss;
-      st.proxy_loss_rtn += loss_rtn;
+      st.proxy_loss_baseline += loss_base;
     });
+    if (o.keep_better && st.proxy_loss_baseline < st.proxy_loss) {
+      st.kept_baseline = true;
+      return baseline;
+    }
   }
   return out;
 }

@@ -31,6 +31,8 @@ namespace kestrel::calib {
 struct GptqOptions {
   double damp_percent = 0.01;  // dampening: H += damp_percent * mean(diag H) * I
   bool act_order = true;       // columns by decreasing H diagonal, static groups
+  bool keep_better = true;     // with the proxy losses measured: return whichever encoding has the
+                               // lower one, GPTQ's or the format's own quantizer's
   int64_t block_size = 128;    // lazy batch width in columns: a multiple of the format's block
                                // (raised to it when smaller: Q4_K's 256)
 };
@@ -39,10 +41,15 @@ struct GptqStats {
   double damp_used = 0.0;    // damp_percent after retries (doubled x10 while H is not positive definite)
   int64_t dead_columns = 0;  // columns no calibration input reached
   // Proxy losses sum_r (w_r - q_r)^T H (w_r - q_r) with the undampened H (what the layer's output
-  // error is, over the calibration set), for GPTQ's result and for round-to-nearest on the same
-  // grid; filled when asked for (it costs as much as GPTQ itself).
+  // error is, over the calibration set), for GPTQ's result and for the format's own quantizer
+  // (round-to-nearest; importance-weighted with the imatrix, half H's diagonal, for Q4_K); filled
+  // when asked for (it costs as much as GPTQ itself).
   double proxy_loss = 0.0;
-  double proxy_loss_rtn = 0.0;
+  double proxy_loss_baseline = 0.0;
+  // The format's own quantizer had the lower output error, and its bytes were returned (only with
+  // GptqOptions::keep_better): act-order's static grids, chosen before any error is spread, can
+  // be too narrow for the updated weights.
+  bool kept_baseline = false;
 };
 
 // True for the formats GPTQ can target (calib/grid_format.h: Q4_K, INT4_SYM_G32/64/128,

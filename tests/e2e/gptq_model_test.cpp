@@ -2,7 +2,7 @@
 // must diverge from the F32 model clearly less than round-to-nearest on the same grid (KL
 // divergence on a later, disjoint part of the text), the file must hold exactly what GPTQ
 // encoded, and bad calibration input must be a clear error. And the `kestrel quantize` CLI's
-// GPTQ errors.
+// method and calibration options.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -86,7 +86,8 @@ TEST(GptqStories260K, DivergesLessThanRoundToNearestAndWritesWhatItEncoded) {
   EXPECT_EQ(reports.back().name, "blk.4.ffn_up.weight");
   for (const auto& r : reports) {
     EXPECT_EQ(r.samples, 48 * 128) << r.name;
-    EXPECT_LT(r.stats.proxy_loss, 0.9 * r.stats.proxy_loss_rtn) << r.name;
+    EXPECT_LT(r.stats.proxy_loss, 0.9 * r.stats.proxy_loss_baseline) << r.name;
+    EXPECT_FALSE(r.stats.kept_baseline) << r.name;
   }
   // The model now computes with the GPTQ matrices.
   EXPECT_EQ(model->weights().layers[2].wv.data, encoded.at("blk.2.attn_v.weight").bytes.data());
@@ -167,6 +168,12 @@ TEST(GptqCli, OptionErrorsAreClear) {
     EXPECT_EQ(r.exit_code, 1) << c.args;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
   }
+  // --calib without --imatrix computes the importance matrix first.
+  const CommandResult im = run_kestrel("quantize " + kStories + " " + out + " Q4_K_M --calib " + text +
+                                       " --calib-ctx 64 --calib-chunks 4 -t 2");
+  ASSERT_EQ(im.exit_code, 0) << im.err;
+  EXPECT_NE(im.err.find("computing the importance matrix over 4 chunks of 64 tokens"), std::string::npos) << im.err;
+  EXPECT_NE(im.err.find("(Q4_K_M, imatrix;"), std::string::npos) << im.err;
   // A working run prints each matrix's output error against RTN and the total.
   const CommandResult ok = run_kestrel("quantize " + kStories + " " + out + " INT4_SYM_G32 --method gptq --calib " +
                                        text + " --calib-ctx 64 --calib-chunks 8 --no-act-order -t 2");

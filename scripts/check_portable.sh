@@ -4,7 +4,7 @@
 # x86 intrinsic or header leaks into code that must build on ARM (Apple silicon, ARM servers).
 # Objects are compiled (-O0, warnings as for the x86 build) and thrown away; nothing is linked,
 # since the libraries' aarch64 builds are not installed. The header-only libraries come from the
-# host's /usr/include, searched after the cross compiler's own system headers.
+# host's /usr/include (and /usr/include/eigen3), searched after the cross compiler's own headers.
 #   scripts/check_portable.sh [JOBS]
 set -euo pipefail
 cd "$(dirname "$0")/.."

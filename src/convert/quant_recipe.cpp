@@ -126,9 +126,10 @@ std::string quant_recipe_names() {
 DType quant_type_that_fits(DType wanted, int64_t row_length) {
   for (DType type = wanted;; type = smaller_int4_group(type)) {
     if (row_length % dtype_layout(type).block_size == 0) return type;
-    if (type == DType::Q4_K || type == DType::Q5_K || type == DType::Q6_K) {
-      return row_length % 32 == 0 ? DType::Q8_0 : DType::F16;
-    }
+    // llama.cpp's tensor_type_fallback: each k-quant to the 32-block type of about its precision.
+    const DType smaller = type == DType::Q4_K ? DType::Q5_0 : type == DType::Q5_K ? DType::Q5_1
+                        : type == DType::Q6_K ? DType::Q8_0 : DType::F16;
+    if (smaller != DType::F16) return row_length % 32 == 0 ? smaller : DType::F16;
   }
 }
 

@@ -16,9 +16,9 @@
 //   - Not modelled: llama.cpp's special cases for Falcon, 70B models (attn_v to Q5_K) and
 //     mixtures of experts (n_expert == 8); imatrix-driven choices; --pure / --tensor-type flags.
 //   - embedding_type / output_type, when set, override all of the above for those two tensors.
-//   - A tensor whose rows do not divide into the chosen type's blocks falls back: k-quants to Q8_0
-//     when rows are a multiple of 32, else F16 (llama.cpp uses Q5_0 / Q5_1 / Q8_0, which Kestrel
-//     has no kernels for); INT4 group types to the same kind with a smaller group that fits, else
+//   - A tensor whose rows do not divide into the chosen type's blocks falls back as llama.cpp's
+//     tensor_type_fallback does: Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0 when rows are a multiple
+//     of 32, else F16; INT4 group types to the same kind with a smaller group that fits, else
 //     F16; every other type to F16.
 #pragma once
 

@@ -142,9 +142,13 @@ TEST(QuantRecipe, FollowsTheUseMoreBitsRuleForAnyLayerCount) {
 }
 
 TEST(QuantRecipe, FallbacksForRowsThatDoNotFit) {
-  // k-quants: Q8_0 when rows are a multiple of 32, else F16.
+  // k-quants, as llama.cpp's tensor_type_fallback: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 when
+  // rows are a multiple of 32, else F16.
   EXPECT_EQ(quant_type_that_fits(DType::Q4_K, 512), DType::Q4_K);
-  EXPECT_EQ(quant_type_that_fits(DType::Q4_K, 96), DType::Q8_0);
+  EXPECT_EQ(quant_type_that_fits(DType::Q4_K, 96), DType::Q5_0);
+  EXPECT_EQ(quant_type_that_fits(DType::Q5_K, 896), DType::Q5_1);
+  EXPECT_EQ(quant_type_that_fits(DType::Q6_K, 896), DType::Q8_0);
+  EXPECT_EQ(quant_type_that_fits(DType::Q4_K, 100), DType::F16);
   EXPECT_EQ(quant_type_that_fits(DType::Q6_K, 100), DType::F16);
   // INT4 groups: the same kind with the largest group that fits, else F16.
   EXPECT_EQ(quant_type_that_fits(DType::INT4_SYM_G128, 192), DType::INT4_SYM_G64);
@@ -155,13 +159,13 @@ TEST(QuantRecipe, FallbacksForRowsThatDoNotFit) {
   // The existing single-type behaviour: Q8_0 / Q4_0 fall back to F16; 1-D tensors are F32.
   EXPECT_EQ(requantize_type_for(DType::Q8_0, 172, 2), DType::F16);
   EXPECT_EQ(requantize_type_for(DType::Q4_0, 64, 2), DType::Q4_0);
-  EXPECT_EQ(requantize_type_for(DType::Q4_K, 96, 2), DType::Q8_0);
+  EXPECT_EQ(requantize_type_for(DType::Q4_K, 96, 2), DType::Q5_0);
   EXPECT_EQ(requantize_type_for(DType::Q4_K, 96, 1), DType::F32);
   // A mixture's output.weight with rows not a multiple of 256 takes Q8_0 (then F16 if not 32).
   const auto plan = plan_quantization(*find_quant_recipe("Q4_K_M"), llama_tensors(4, false, 96, 96), 4);
   EXPECT_EQ(plan[2].wanted, DType::Q8_0);
   EXPECT_FALSE(plan[2].fallback()) << "llama.cpp picks Q8_0 for this output; not a fallback";
-  EXPECT_EQ(plan[0].type, DType::Q8_0) << "token_embd: Q4_K does not fit 96";
+  EXPECT_EQ(plan[0].type, DType::Q5_0) << "token_embd: Q4_K does not fit 96";
   EXPECT_TRUE(plan[0].fallback());
 }
 
@@ -237,6 +241,7 @@ double rmse_bound(DType t) {
   switch (t) {
     case DType::Q4_K: return 0.10;
     case DType::Q5_K: return 0.05;
+    case DType::Q5_0: return 0.06;  // 5 bits symmetric over 32 values: ~0.04 on normal data
     case DType::Q6_K: return 0.025;
     case DType::Q8_0: return 0.01;
     case DType::F16: return 1e-3;
@@ -274,7 +279,9 @@ TEST(Requantize, Q4KMFileHasTheRecipeTypesMetadataAndAccurateValues) {
     if (notes[i].fallback) {
       ++fallbacks;
       EXPECT_TRUE(t.name.find("ffn_down") != std::string::npos || t.name == "blk.3.odd.weight") << t.name;
-      EXPECT_EQ(t.type, t.name == "blk.3.odd.weight" ? DType::F16 : DType::Q8_0) << t.name;
+      // llama.cpp's fallbacks: Q4_K -> Q5_0, Q6_K -> Q8_0 (F16 for rows of 100).
+      const DType fallback = notes[i].wanted == DType::Q6_K ? DType::Q8_0 : DType::Q5_0;
+      EXPECT_EQ(t.type, t.name == "blk.3.odd.weight" ? DType::F16 : fallback) << t.name;
       EXPECT_TRUE(notes[i].wanted == DType::Q4_K || notes[i].wanted == DType::Q6_K);
     }
     q6 += t.type == DType::Q6_K;
@@ -283,7 +290,7 @@ TEST(Requantize, Q4KMFileHasTheRecipeTypesMetadataAndAccurateValues) {
   }
   EXPECT_EQ(fallbacks, 17) << "16 ffn_down (rows of 96) and the rows of 100";
   // use_more_bits(i, 16): i < 2, i >= 14, (i - 2) % 3 == 2 -> attn_v of layers 0 1 4 7 10 13 14 15
-  // (ffn_down wanted Q6_K there too but its rows of 96 fell back to Q8_0).
+  // (ffn_down wanted Q6_K there too but its rows of 96 fell back to Q8_0; the others to Q5_0).
   EXPECT_EQ(q6, 1 + 8) << "output.weight and 8 attn_v";
 }
 

@@ -224,7 +224,7 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("--output-tensor-type", options->output_type, "type of output.weight (as llama-quantize)");
   cmd->add_option("--token-embedding-type", options->embedding_type, "type of token_embd.weight (as llama-quantize)");
   cmd->add_option("--method", options->method,
-                  "rtn (round to nearest), imatrix (importance-weighted error: Q4_K, Q5_K, Q6_K) or gptq "
+                  "rtn (round to nearest), imatrix (importance-weighted error: Q4_K, Q5_K, Q6_K, Q5_0) or gptq "
                   "(Q4_K, INT4_SYM_G*/INT4_ASYM_G*, needs --calib); default: imatrix with --imatrix or --calib, "
                   "else rtn")
       ->check(CLI::IsMember({"rtn", "imatrix", "gptq"}));

@@ -197,7 +197,7 @@ constexpr std::array<WeightFormat, 21> kFormats{{
     {DType::Q4_0, 32, 18, quantize_row_q4_0, dequantize_row_q4_0, DType::Q8_0, vec_dot_q4_0_q8_0},
     {DType::Q8_1, 32, 36, quantize_row_q8_1, dequantize_row_q8_1, DType::Q8_1, vec_dot_q8_1_q8_1},
     {DType::Q4_1, 32, 20, quantize_row_q4_1, dequantize_row_q4_1, DType::Q8_1, vec_dot_q4_1_q8_1},
-    {DType::Q5_0, 32, 22, quantize_row_q5_0, dequantize_row_q5_0, DType::Q8_0, vec_dot_q5_0_q8_0},
+    {DType::Q5_0, 32, 22, quantize_row_q5_0, dequantize_row_q5_0, DType::Q8_0, vec_dot_q5_0_q8_0, 0, quantize_row_q5_0_weighted},
     {DType::Q5_1, 32, 24, quantize_row_q5_1, dequantize_row_q5_1, DType::Q8_1, vec_dot_q5_1_q8_1},
     {DType::Q4_K, 256, 144, quantize_row_q4_K, dequantize_row_q4_K, DType::Q8_K, vec_dot_q4_K_q8_K, 0, quantize_row_q4_K_weighted},
     {DType::Q5_K, 256, 176, quantize_row_q5_K, dequantize_row_q5_K, DType::Q8_K, vec_dot_q5_K_q8_K, 0, quantize_row_q5_K_weighted},

@@ -116,6 +116,52 @@ void quantize_row_q5_0(const float* src, void* dst, int64_t n) {
   }
 }
 
+// Q5_0 weighted by importance (what llama-quantize --imatrix does for Q5_0): per block, the scale
+// among 19 candidates around round-to-nearest's (the extreme value mapped to -(16 + s/10), s in
+// -9..9) whose levels, assigned against the scale as stored in F16, give the least
+// sum_i w_i (x_i - d q_i)^2, with w_i = importance_i * sqrt(sigma^2 + x_i^2) (sigma^2: the row's
+// mean square, as llama.cpp weighs). Ties keep round-to-nearest's scale.
+void quantize_row_q5_0_weighted(const float* src, void* dst, int64_t n, const float* importance) {
+  auto* blocks = static_cast<BlockQ5_0*>(dst);
+  float sum_x2 = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum_x2 += src[i] * src[i];
+  const float sigma2 = n > 0 ? sum_x2 / float(n) : 0.0f;
+  for (int64_t b = 0; b < n / kBlock; ++b) {
+    const float* x = src + b * kBlock;
+    float w[kBlock];
+    float amax = 0.0f, extreme = 0.0f;
+    for (int i = 0; i < kBlock; ++i) {
+      w[i] = importance[b * kBlock + i] * std::sqrt(sigma2 + x[i] * x[i]);
+      if (std::fabs(x[i]) > amax) {
+        amax = std::fabs(x[i]);
+        extreme = x[i];
+      }
+    }
+    float best_error = INFINITY;
+    uint16_t best_d = 0;
+    int best_q[kBlock];
+    for (int step : {0, -9, -8, -7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+      const uint16_t d_bits = float_to_fp16(extreme / -(16.0f + 0.1f * float(step)));
+      const float d = fp16_to_float(d_bits);
+      const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+      int q[kBlock];
+      float error = 0.0f;
+      for (int i = 0; i < kBlock; ++i) {
+        q[i] = int(std::clamp(round_nearest(x[i] * inverse), -16.0f, 15.0f)) + 16;
+        const float e = x[i] - d * float(q[i] - 16);
+        error += w[i] * e * e;
+      }
+      if (error < best_error) {
+        best_error = error;
+        best_d = d_bits;
+        std::memcpy(best_q, q, sizeof q);
+      }
+    }
+    blocks[b].d = best_d;
+    pack_q5(best_q, blocks[b].qs, blocks[b].qh);
+  }
+}
+
 void dequantize_row_q5_0(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ5_0*>(src);
   for (int64_t b = 0; b < n / kBlock; ++b) {

@@ -29,6 +29,8 @@ void quantize_row_q4_1(const float* src, void* dst, int64_t n);
 void dequantize_row_q4_1(const void* src, float* dst, int64_t n);
 float vec_dot_q4_1_q8_1(const void* w, const void* a, int64_t n);
 void quantize_row_q5_0(const float* src, void* dst, int64_t n);
+// With importance weights (llama-quantize --imatrix's Q5_0): the best of 19 scales per block.
+void quantize_row_q5_0_weighted(const float* src, void* dst, int64_t n, const float* importance);
 void dequantize_row_q5_0(const void* src, float* dst, int64_t n);
 float vec_dot_q5_0_q8_0(const void* w, const void* a, int64_t n);
 void quantize_row_q5_1(const float* src, void* dst, int64_t n);

@@ -1,4 +1,4 @@
-// Importance-weighted quantizers (Q4_K, Q5_K, Q6_K; llama-quantize --imatrix) and the imatrix's
+// Importance-weighted quantizers (Q4_K, Q5_K, Q6_K, Q5_0; llama-quantize --imatrix) and the imatrix's
 // model check. The weighted quantizer must beat the unweighted one on the error it is asked to
 // minimise, sum_i importance_i (x_i - q_i)^2, on random rows whose channels differ in importance
 // as real imatrices do, and must not be worse than it on plain error when every channel matters
@@ -48,7 +48,7 @@ TEST(WeightedQuantizers, BeatUnweightedOnTheImportanceWeightedError) {
   std::mt19937 rng(42);
   std::normal_distribution<float> normal;
   std::lognormal_distribution<float> spread(0.0f, 1.5f);  // a few channels far more important
-  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q5_0}) {
     const quant::WeightFormat& f = quant::require_format(type);
     ASSERT_NE(f.quantize_row_weighted, nullptr) << dtype_name(type);
     const int64_t n = 3 * 256;  // three super-blocks
@@ -72,7 +72,7 @@ TEST(WeightedQuantizers, BeatUnweightedOnTheImportanceWeightedError) {
 TEST(WeightedQuantizers, UniformImportanceLosesNothingOnPlainError) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
-  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q5_0}) {
     const quant::WeightFormat& f = quant::require_format(type);
     const int64_t n = 5 * 256;
     const std::vector<float> ones(static_cast<size_t>(n), 1.0f);

@@ -30,11 +30,7 @@ void imatrix(const ImatrixOptions& o) {
   const auto tokenizer = Tokenizer::from_gguf(model->file());
   const auto start = std::chrono::steady_clock::now();
   const std::vector<TokenId> tokens = tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/false);
-  const int64_t available = int64_t(tokens.size()) / o.ctx;
-  if (available < 1 || (o.chunks > 0 && available < o.chunks)) {
-    fail("{}: {} tokens make {} chunks of {} tokens, {} asked for: use a longer calibration text or a smaller --ctx",
-         o.file, tokens.size(), available, o.ctx, o.chunks > 0 ? o.chunks : 1);
-  }
+  const int64_t available = require_chunks(o.file, tokens.size(), o.ctx, o.chunks, "--chunks", "--ctx");
   PerplexityOptions options = chunked_options(*tokenizer, o.ctx, o.batch, o.chunks, o.threads);
   options.kv = model->kv_spec(DType::F16, DType::F16);
   const int64_t total = o.chunks > 0 ? o.chunks : available;

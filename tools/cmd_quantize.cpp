@@ -49,11 +49,7 @@ DType tensor_type(const std::string& name, const char* option) {
 std::vector<TokenId> calibration_tokens(const Tokenizer& tokenizer, const QuantizeOptions& o) {
   const std::string text = read_text_file(o.calib);
   std::vector<TokenId> tokens = tokenizer.encode(text, /*add_special=*/true, /*parse_special=*/false);
-  if (int64_t(tokens.size()) < o.calib_chunks * o.calib_ctx) {
-    fail("{}: {} tokens make {} chunks of {} tokens, {} asked for (--calib-chunks): use a longer calibration "
-         "text, fewer chunks or a smaller --calib-ctx", o.calib, tokens.size(), int64_t(tokens.size()) / o.calib_ctx,
-         o.calib_ctx, o.calib_chunks);
-  }
+  require_chunks(o.calib, tokens.size(), o.calib_ctx, o.calib_chunks, "--calib-chunks", "--calib-ctx");
   return tokens;
 }
 

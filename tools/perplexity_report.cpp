@@ -1,5 +1,6 @@
 #include "perplexity_report.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -18,6 +19,17 @@ std::string read_text_file(const std::string& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
+}
+
+int64_t require_chunks(const std::string& file, size_t n_tokens, int64_t ctx, int64_t chunks,
+                       const std::string& chunks_option, const std::string& ctx_option) {
+  const int64_t available = int64_t(n_tokens) / ctx;
+  const int64_t wanted = std::max<int64_t>(chunks, 1);
+  if (available < wanted) {
+    fail("{}: {} tokens make {} chunks of {} tokens, {} asked for ({}): use a longer text, fewer chunks or a "
+         "smaller {}", file, n_tokens, available, ctx, wanted, chunks_option, ctx_option);
+  }
+  return available;
 }
 
 PerplexityOptions chunked_options(const Tokenizer& tokenizer, int64_t ctx, int64_t batch, int64_t chunks, int threads) {

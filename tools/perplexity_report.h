@@ -13,6 +13,10 @@ namespace kestrel::cli {
 
 // The whole file; a clear error for a directory or an unreadable path.
 std::string read_text_file(const std::string& path);
+// How many whole chunks of ctx tokens the text's n_tokens make; a clear error naming the options
+// when that is fewer than `chunks` (<= 0: at least one).
+int64_t require_chunks(const std::string& file, size_t n_tokens, int64_t ctx, int64_t chunks,
+                       const std::string& chunks_option, const std::string& ctx_option);
 // Chunking, batch, threads (0: all cores) and BOS as perplexity, eval and imatrix all take them;
 // the caller sets the K/V types.
 PerplexityOptions chunked_options(const Tokenizer& tokenizer, int64_t ctx, int64_t batch, int64_t chunks, int threads);

@@ -185,11 +185,7 @@ std::vector<uint8_t> gptq_quantize(DType type, std::span<const float> w, int64_t
         format.dequantize_row(out.data() + r * row_bytes, deq.data(), cols);
         for (int64_t c = 0; c < cols; ++c) e(r - r0, c) = double(wr[c]) - double(deq[size_t(c)]);
         uint8_t* base = baseline.data() + r * row_bytes;
-        if (format.quantize_row_weighted != nullptr) {
-          format.quantize_row_weighted(wr, base, cols, importance.data());
-        } else {
-          format.quantize_row(wr, base, cols);
-        }
+        quant::quantize_row_with_importance(format, wr, base, cols, importance.data());
         format.dequantize_row(base, deq.data(), cols);
         for (int64_t c = 0; c < cols; ++c) e_base(r - r0, c) = double(wr[c]) - double(deq[size_t(c)]);
       }

@@ -29,8 +29,8 @@ class Int4Grid : public GridFormat {
   Int4Grid(DType type, int64_t g, bool symmetric)
       : GridFormat(type, g, g, quant::require_format(type).block_bytes), symmetric_(symmetric) {}
 
-  void choose(const float* values, const float*, uint8_t* block, AffineGrid* grids) const override {
-    quant::require_format(type()).quantize_row(values, block, block_values());
+  void choose(const float* values, const float* importance, uint8_t* block, AffineGrid* grids) const override {
+    quant::quantize_row_with_importance(quant::require_format(type()), values, block, block_values(), importance);
     uint16_t d_bits, m_bits = 0;
     std::memcpy(&d_bits, block, 2);
     if (!symmetric_) std::memcpy(&m_bits, block + 2, 2);
@@ -62,12 +62,7 @@ class Q4KGrid : public GridFormat {
   Q4KGrid() : GridFormat(DType::Q4_K, quant::kQK_K, 32, sizeof(quant::BlockQ4_K)) {}
 
   void choose(const float* values, const float* importance, uint8_t* block, AffineGrid* grids) const override {
-    const quant::WeightFormat& f = quant::require_format(DType::Q4_K);
-    if (importance != nullptr && f.quantize_row_weighted != nullptr) {
-      f.quantize_row_weighted(values, block, quant::kQK_K, importance);
-    } else {
-      f.quantize_row(values, block, quant::kQK_K);
-    }
+    quant::quantize_row_with_importance(quant::require_format(DType::Q4_K), values, block, quant::kQK_K, importance);
     quant::BlockQ4_K b;
     std::memcpy(&b, block, sizeof b);
     const float d = fp16_to_float(b.d), dmin = fp16_to_float(b.dmin);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include <Eigen/Core>
 
@@ -26,20 +28,19 @@ void HessianAccumulator::add(const float* x, int64_t n, ThreadPool& pool) {
   for (int64_t i = 0; i < n * cols_; ++i) {
     if (!std::isfinite(x[i])) fail("non-finite calibration activation (token {}, channel {})", i / cols_, i % cols_);
   }
+  // The tile pairs (i, j) with j <= i: the lower triangle, shared out over the threads.
   const int64_t tiles = (cols_ + kTile - 1) / kTile;
-  // Tile pairs (i, j) with j <= i, numbered row by row: pair p's row is the largest i with
-  // i(i+1)/2 <= p.
-  const int64_t pairs = tiles * (tiles + 1) / 2;
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  for (int64_t i = 0; i < tiles; ++i) {
+    for (int64_t j = 0; j <= i; ++j) pairs.emplace_back(i, j);
+  }
   for (int64_t t0 = 0; t0 < n; t0 += kSliceTokens) {
     const int64_t rows = std::min(kSliceTokens, n - t0);
     const Eigen::Map<const RowMajorF> X(x + t0 * cols_, rows, cols_);
-    pool.parallel_for(pairs, [&](int64_t begin, int64_t end) {
+    pool.parallel_for(int64_t(pairs.size()), [&](int64_t begin, int64_t end) {
       Eigen::MatrixXf product;
       for (int64_t p = begin; p < end; ++p) {
-        int64_t i = int64_t((std::sqrt(8.0 * double(p) + 1.0) - 1.0) / 2.0);
-        while (i * (i + 1) / 2 > p) --i;
-        while ((i + 1) * (i + 2) / 2 <= p) ++i;
-        const int64_t j = p - i * (i + 1) / 2;
+        const auto [i, j] = pairs[size_t(p)];
         const int64_t ci = i * kTile, cj = j * kTile;
         const int64_t wi = std::min(kTile, cols_ - ci), wj = std::min(kTile, cols_ - cj);
         product.noalias() = X.middleCols(ci, wi).transpose() * X.middleCols(cj, wj);

@@ -47,12 +47,9 @@ std::vector<uint8_t> reencode(ThreadPool& pool, const gguf::TensorInfo& t, const
     std::vector<float> row(static_cast<size_t>(n));
     for (int64_t r = begin; r < end; ++r) {
       from.dequantize_row(t.data + r * in_row, row.data(), n);
-      if (means.empty()) {
-        to.quantize_row(row.data(), bytes.data() + r * out_row, n);
-      } else {
-        to.quantize_row_weighted(row.data(), bytes.data() + r * out_row, n,
-                                 means[size_t(std::min<int64_t>(r / rows_per_mat, int64_t(means.size()) - 1))].data());
-      }
+      const float* weights =
+          means.empty() ? nullptr : means[size_t(std::min<int64_t>(r / rows_per_mat, int64_t(means.size()) - 1))].data();
+      quant::quantize_row_with_importance(to, row.data(), bytes.data() + r * out_row, n, weights);
     }
   });
   return bytes;
@@ -85,6 +82,11 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
   const auto input = gguf::GgufFile::open(input_path);
   if (imatrix != nullptr) check_imatrix_matches(*imatrix, *input, "imatrix");
   const std::vector<QuantChoice> plan = requantize_plan(*input, recipe);
+  auto encoded_as = [&](const std::string& name) -> const EncodedTensor* {
+    if (encoded == nullptr) return nullptr;
+    const auto it = encoded->find(name);
+    return it != encoded->end() ? &it->second : nullptr;
+  };
 
   // Check every tensor before the long part, so a bad input fails at once.
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -95,15 +97,12 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
            input_path, t.name, dtype_name(t.type), dtype_name(plan[i].type));
     }
     quant::require_format(plan[i].type);
-    if (encoded != nullptr) {
-      const auto it = encoded->find(t.name);
-      if (it != encoded->end() &&
-          (it->second.type != plan[i].type ||
-           int64_t(it->second.bytes.size()) != t.num_elements / t.dims[0] *
-                                                   quant::row_bytes(quant::require_format(plan[i].type), t.dims[0]))) {
-        fail("internal: pre-encoded '{}' is {} ({} bytes), the plan gives {}", t.name,
-             dtype_name(it->second.type), it->second.bytes.size(), dtype_name(plan[i].type));
-      }
+    const EncodedTensor* pre = encoded_as(t.name);
+    if (pre != nullptr && (pre->type != plan[i].type ||
+                           int64_t(pre->bytes.size()) != t.num_elements / t.dims[0] *
+                                                             quant::row_bytes(quant::require_format(plan[i].type), t.dims[0]))) {
+      fail("internal: pre-encoded '{}' is {} ({} bytes), the plan gives {}", t.name, dtype_name(pre->type),
+           pre->bytes.size(), dtype_name(plan[i].type));
     }
   }
 
@@ -121,10 +120,9 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
     const gguf::TensorInfo& t = input->tensors()[i];
     const QuantChoice& choice = plan[i];
     bool weighted = false;
-    const auto pre = encoded != nullptr ? encoded->find(t.name) : std::map<std::string, EncodedTensor>::const_iterator{};
-    const bool is_encoded = encoded != nullptr && pre != encoded->end();
-    if (is_encoded) {
-      writer.add_tensor_view(t.name, choice.type, t.dims, std::span<const uint8_t>(pre->second.bytes));
+    const EncodedTensor* pre = encoded_as(t.name);
+    if (pre != nullptr) {
+      writer.add_tensor_view(t.name, choice.type, t.dims, std::span<const uint8_t>(pre->bytes));
     } else if (choice.type == t.type) {
       writer.add_tensor_view(t.name, t.type, t.dims, std::span<const uint8_t>(t.data, t.num_bytes));
     } else {
@@ -138,7 +136,7 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
       writer.add_tensor(t.name, choice.type, t.dims, reencode(pool, t, *quant::find_format(t.type), to, importance));
     }
     on_tensor({t.name, t.type, choice.type, choice.quantized && choice.fallback(), choice.wanted, weighted,
-               is_encoded ? pre->second.method : std::string()});
+               pre != nullptr ? pre->method : std::string()});
     progress.update(int64_t(i) + 1);
   }
   progress.finish();

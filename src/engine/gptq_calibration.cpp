@@ -24,20 +24,6 @@ std::vector<LinearKind> readers_of(LinearKind kind) {
   }
 }
 
-const WeightView& view_of(const Model& model, int64_t layer, LinearKind kind) {
-  const LayerWeights& l = model.weights().layers[size_t(layer)];
-  switch (kind) {
-    case LinearKind::AttnQ: return l.wq;
-    case LinearKind::AttnK: return l.wk;
-    case LinearKind::AttnV: return l.wv;
-    case LinearKind::AttnOutput: return l.wo;
-    case LinearKind::FfnGate: return l.w_gate;
-    case LinearKind::FfnUp: return l.w_up;
-    case LinearKind::FfnDown: return l.w_down;
-    default: fail("internal: no layer matrix of kind {}", int(kind));
-  }
-}
-
 class GptqLayerQuantizer : public ActivationObserver {
  public:
   GptqLayerQuantizer(Model& model, const std::map<std::string, DType>& targets, const GptqCalibrationOptions& o,
@@ -62,7 +48,7 @@ class GptqLayerQuantizer : public ActivationObserver {
     const calib::Hessian hessian = accumulator.hessian();
     double hessian_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     for (const auto& [name, k] : todo) {
-      quantize(name, view_of(model_, layer, k), hessian, hessian_seconds);
+      quantize(name, model_.weights().layers[size_t(layer)].matrix(k), hessian, hessian_seconds);
       hessian_seconds = 0.0;
     }
   }
@@ -130,20 +116,16 @@ std::map<std::string, EncodedTensor> gptq_quantize_model(
 
   std::vector<std::vector<int32_t>> chunk_tokens(size_t(o.n_chunks));
   std::vector<std::vector<BlockId>> tables(size_t(o.n_chunks));
-  std::vector<SequenceChunk> chunks;
+  std::vector<SequenceChunk> chunks(size_t(o.n_chunks));
   for (int64_t s = 0; s < o.n_chunks; ++s) {
     auto& ct = chunk_tokens[size_t(s)];
     ct.assign(tokens.begin() + std::ptrdiff_t(s * o.n_ctx), tokens.begin() + std::ptrdiff_t((s + 1) * o.n_ctx));
     if (o.bos_token >= 0) ct[0] = o.bos_token;
     for (int64_t b = 0; b < blocks_per_seq; ++b) tables[size_t(s)].push_back(BlockId(s * blocks_per_seq + b));
-  }
-  for (int64_t s = 0; s < o.n_chunks; ++s) {
-    SequenceChunk c;
-    c.tokens = chunk_tokens[size_t(s)];
-    c.start_position = 0;
+    SequenceChunk& c = chunks[size_t(s)];
+    c.tokens = ct;
     c.block_tables.assign(size_t(num_groups), tables[size_t(s)]);
     c.logits_from = -1;
-    chunks.push_back(c);
   }
   GptqLayerQuantizer quantizer(model, targets, o, on_tensor);
   runner.set_activation_observer(&quantizer);

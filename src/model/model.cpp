@@ -177,6 +177,20 @@ int64_t Model::weight_bytes() const {
 
 namespace kestrel {
 
+WeightView& LayerWeights::matrix(LinearKind kind) {
+  switch (kind) {
+    case LinearKind::AttnQ: return wq;
+    case LinearKind::AttnK: return wk;
+    case LinearKind::AttnV: return wv;
+    case LinearKind::AttnOutput: return wo;
+    case LinearKind::FfnGate: return w_gate;
+    case LinearKind::FfnUp: return w_up;
+    case LinearKind::FfnDown: return w_down;
+    case LinearKind::Output: break;
+  }
+  fail("internal: the output head is not a layer matrix");
+}
+
 WeightView Model::replace_matrix(const std::string& name, const WeightView& w) {
   WeightView* target = nullptr;
   if (name == "token_embd.weight") {
@@ -184,12 +198,11 @@ WeightView Model::replace_matrix(const std::string& name, const WeightView& w) {
   } else if (name == "output.weight" && !weights_.tied_output) {
     target = &weights_.output;
   }
-  // Layer matrices by the same names the forward pass reports (LinearKind order).
+  // Layer matrices by the same names the forward pass reports.
   for (size_t il = 0; target == nullptr && il < weights_.layers.size(); ++il) {
-    LayerWeights& l = weights_.layers[il];
-    WeightView* const views[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down};
-    for (size_t k = 0; k < std::size(views); ++k) {
-      if (linear_tensor_name(int64_t(il), LinearKind(int(k))) == name) target = views[k];
+    for (LinearKind k : {LinearKind::AttnQ, LinearKind::AttnK, LinearKind::AttnV, LinearKind::AttnOutput,
+                         LinearKind::FfnGate, LinearKind::FfnUp, LinearKind::FfnDown}) {
+      if (linear_tensor_name(int64_t(il), k) == name) target = &weights_.layers[il].matrix(k);
     }
   }
   if (target == nullptr) fail("{}: no matrix '{}' to replace", file_->name(), name);

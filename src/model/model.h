@@ -31,6 +31,10 @@ struct LayerWeights {
   WeightView w_up;                   // [n_ff][n_embd]
   WeightView w_down;                 // [n_embd][n_ff]
   const float* post_ffn_norm = nullptr;   // [n_embd]           (post_norms)
+
+  // The linear matrix of `kind` (not LinearKind::Output, which is the model's).
+  WeightView& matrix(LinearKind kind);
+  const WeightView& matrix(LinearKind kind) const { return const_cast<LayerWeights*>(this)->matrix(kind); }
 };
 
 struct ModelWeights {

@@ -43,6 +43,17 @@ const WeightFormat& require_format(DType type);
 // Every format with kernels, GGML's first, then Kestrel's (for tests and listings).
 std::span<const WeightFormat> all_formats();
 
+// Quantizes a row with the format's importance-weighted quantizer when importance is given and the
+// format has one, else with its plain quantizer.
+inline void quantize_row_with_importance(const WeightFormat& format, const float* src, void* dst, int64_t n,
+                                         const float* importance) {
+  if (importance != nullptr && format.quantize_row_weighted != nullptr) {
+    format.quantize_row_weighted(src, dst, n, importance);
+  } else {
+    format.quantize_row(src, dst, n);
+  }
+}
+
 inline int64_t row_bytes(const WeightFormat& format, int64_t n) {
   return format.row_header_bytes + n / format.block_size * format.block_bytes;
 }

@@ -1,8 +1,10 @@
-// kestrel quantize IN OUT TYPE [--method rtn|imatrix|gptq] [--calib TEXT] [--imatrix FILE]:
+// kestrel quantize IN OUT TYPE [--method rtn|imatrix|gptq|awq] [--calib TEXT] [--imatrix FILE]:
 // re-encode a GGUF model's weights (convert/requantize.h), by round-to-nearest, minimising the
 // importance-weighted error (an imatrix file, or one computed from --calib), or by GPTQ over
-// --calib (engine/gptq_calibration.h) for Kestrel's INT4 per-group formats.
+// --calib (engine/gptq_calibration.h) for Kestrel's INT4 per-group formats and Q4_K, or by AWQ
+// over --calib (engine/awq_calibration.h) for any type.
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
@@ -14,6 +16,7 @@
 #include "convert/requantize.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "engine/awq_calibration.h"
 #include "engine/gptq_calibration.h"
 #include "engine/imatrix.h"
 #include "quant/format.h"
@@ -34,6 +37,7 @@ struct QuantizeOptions {
   int64_t calib_ctx = 512;
   int64_t calib_chunks = 128;
   bool no_act_order = false;
+  bool no_clip = false;
   double damp = 0.01;
   std::string output_type, embedding_type;
 };
@@ -53,6 +57,16 @@ std::vector<TokenId> calibration_tokens(const Tokenizer& tokenizer, const Quanti
   return tokens;
 }
 
+// The calibration pass --calib-ctx and --calib-chunks ask for (GPTQ, AWQ).
+CalibrationPass calibration_pass(const Tokenizer& tokenizer, const QuantizeOptions& o) {
+  CalibrationPass pass;
+  pass.n_ctx = o.calib_ctx;
+  pass.n_chunks = o.calib_chunks;
+  pass.bos_token = tokenizer.vocab().add_bos ? tokenizer.bos_id() : -1;
+  pass.num_threads = o.threads > 0 ? o.threads : default_thread_count();
+  return pass;
+}
+
 ImportanceMatrix imatrix_from_calibration(const QuantizeOptions& o) {
   const auto model = Model::load(o.input);
   const auto tokenizer = Tokenizer::from_gguf(model->file());
@@ -69,9 +83,9 @@ ImportanceMatrix imatrix_from_calibration(const QuantizeOptions& o) {
 }
 
 // GPTQ's encodings, and in `imatrix` the importance matrix of the same pass (for the others).
-std::map<std::string, EncodedTensor> gptq_tensors(const QuantizeOptions& o, const QuantRecipe& recipe,
-                                                  ImportanceMatrix& imatrix) {
-  auto model = Model::load(o.input);
+std::map<std::string, EncodedTensor> gptq_tensors(const std::string& input, const QuantizeOptions& o,
+                                                  const QuantRecipe& recipe, ImportanceMatrix& imatrix) {
+  auto model = Model::load(input);
   std::map<std::string, DType> targets;
   const std::vector<QuantChoice> plan = requantize_plan(model->file(), recipe);
   std::map<DType, int> others;  // quantized, but not by GPTQ: how many of each type
@@ -90,7 +104,7 @@ std::map<std::string, EncodedTensor> gptq_tensors(const QuantizeOptions& o, cons
   }
   if (targets.empty()) {
     fail("--method gptq: no layer matrix of {} is to become a type GPTQ can target (Q4_K, INT4_SYM_G32/G64/G128, "
-         "INT4_ASYM_G32/G64/G128); {} gives: {}", o.input, recipe.name, other_types);
+         "INT4_ASYM_G32/G64/G128); {} gives: {}", input, recipe.name, other_types);
   }
   if (!other_types.empty()) {
     fmt::print(stderr, "gptq: the other matrices by their type's quantizer, with this pass's importance matrix "
@@ -99,10 +113,7 @@ std::map<std::string, EncodedTensor> gptq_tensors(const QuantizeOptions& o, cons
   const auto tokenizer = Tokenizer::from_gguf(model->file());
   const std::vector<TokenId> tokens = calibration_tokens(*tokenizer, o);
   GptqCalibrationOptions options;
-  options.n_ctx = o.calib_ctx;
-  options.n_chunks = o.calib_chunks;
-  options.bos_token = tokenizer->vocab().add_bos ? tokenizer->bos_id() : -1;
-  options.num_threads = o.threads > 0 ? o.threads : default_thread_count();
+  options.pass = calibration_pass(*tokenizer, o);
   options.gptq.act_order = !o.no_act_order;
   options.gptq.damp_percent = o.damp;
   fmt::print(stderr, "gptq: {} matrices over {} chunks of {} tokens of {} ({}, damp {})\n", targets.size(),
@@ -140,6 +151,55 @@ std::map<std::string, EncodedTensor> gptq_tensors(const QuantizeOptions& o, cons
   return encoded;
 }
 
+// AWQ's encodings of every layer matrix, with the norms and biases its scales changed; with
+// for_gptq, scales only (no clipping) and the matrices in F32, for GPTQ to round.
+std::map<std::string, EncodedTensor> awq_tensors(const QuantizeOptions& o, const QuantRecipe& recipe, bool for_gptq) {
+  const auto model = Model::load(o.input);
+  std::map<std::string, DType> targets;
+  const std::vector<QuantChoice> plan = requantize_plan(model->file(), recipe);
+  for (int64_t il = 0; il < model->config().n_layer; ++il) {
+    for (LinearKind k : {LinearKind::AttnQ, LinearKind::AttnK, LinearKind::AttnV, LinearKind::AttnOutput,
+                         LinearKind::FfnGate, LinearKind::FfnUp, LinearKind::FfnDown}) {
+      targets[linear_tensor_name(il, k)] = DType::F32;  // the plan's type, below
+    }
+  }
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const auto it = targets.find(model->file().tensors()[i].name);
+    if (it != targets.end()) it->second = plan[i].type;
+  }
+  const auto tokenizer = Tokenizer::from_gguf(model->file());
+  const std::vector<TokenId> tokens = calibration_tokens(*tokenizer, o);
+  AwqCalibrationOptions options;
+  options.pass = calibration_pass(*tokenizer, o);
+  options.awq.clip = !o.no_clip && !for_gptq;
+  if (for_gptq) options.store_type = DType::F32;
+  fmt::print(stderr, "awq: {} layers over {} chunks of {} tokens of {} (scales searched on {} tokens, {} ratios{})\n",
+             model->config().n_layer, o.calib_chunks, o.calib_ctx, o.calib, options.search_tokens,
+             options.awq.n_grid, options.awq.clip ? ", then clipping" : "");
+  const auto start = std::chrono::steady_clock::now();
+  ProgressBar progress("awq", model->config().n_layer * 4);
+  int64_t done = 0, scaled = 0;
+  double loss = 0.0, loss_base = 0.0;
+  auto encoded = awq_quantize_model(*model, tokens, targets, options, [&](const AwqGroupReport& r) {
+    progress.clear();
+    const double ratio = r.loss_unscaled > 0 ? r.loss / r.loss_unscaled : 0.0;
+    fmt::print(stderr, "awq: blk.{:<3} {:<12} {}  output error vs RTN {:.3f}{}  {:.1f} s\n", r.layer, r.group,
+               r.grid >= 0 ? fmt::format("ratio {:.2f}", double(r.grid) / r.n_grid) : std::string("unscaled  "),
+               ratio, r.clip.groups > 0 ? fmt::format(", clipped {} of {} groups (group error x{:.3f})", r.clip.clipped,
+                                                      r.clip.groups, r.clip.loss_unclipped > 0 ? r.clip.loss / r.clip.loss_unclipped : 0.0)
+                                        : std::string(), r.seconds);
+    loss += r.loss, loss_base += r.loss_unscaled;
+    scaled += r.grid >= 0;
+    progress.update(++done);
+  });
+  progress.finish();
+  fmt::print(stderr, "awq: {} input groups in {:.1f} s, {} scaled; summed output error before clipping {:.4g}, plain "
+             "rounding's {:.4g} (ratio {:.3f})\n", done,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), scaled, loss, loss_base,
+             loss_base > 0 ? loss / loss_base : 0.0);
+  return encoded;
+}
+
 void quantize(const QuantizeOptions& o) {
   auto recipe = find_quant_recipe(o.type);
   if (!recipe) fail("unknown quantization type '{}' (choose one of: {})", o.type, quant_recipe_names());
@@ -163,16 +223,36 @@ void quantize(const QuantizeOptions& o) {
   } else if (method == "imatrix") {
     imatrix = imatrix_from_calibration(o);
   }
+  if ((method == "awq" || method == "awq-gptq") && (o.calib.empty() || !o.imatrix.empty())) {
+    fail("--method {} needs a calibration text (--calib TEXT) and takes no --imatrix (it measures its own)", method);
+  }
+  if (o.no_clip && method != "awq") fail("--no-clip is an AWQ option (--method awq)");
   std::map<std::string, EncodedTensor> encoded;
-  if (method == "gptq") {
+  std::string input = o.input;
+  // awq-gptq: the AWQ-scaled float model goes to a temporary file, which GPTQ then rounds.
+  struct RemoveOnExit {
+    std::string path;
+    ~RemoveOnExit() {
+      if (!path.empty()) std::remove(path.c_str());
+    }
+  } scaled_model;
+  if (method == "awq") encoded = awq_tensors(o, *recipe, false);
+  if (method == "awq-gptq") {
+    const auto scaled = awq_tensors(o, *recipe, true);
+    scaled_model.path = input = o.output + ".awq-scaled.tmp";
+    requantize_gguf(o.input, input, *find_quant_recipe("F32"), [](const RequantizeNote&) {}, o.threads, nullptr,
+                    &scaled);
+    fmt::print(stderr, "awq-gptq: the scaled model (F32) is in {}; GPTQ rounds it\n", input);
+  }
+  if (method == "gptq" || method == "awq-gptq") {
     imatrix.emplace();
-    encoded = gptq_tensors(o, *recipe, *imatrix);
+    encoded = gptq_tensors(input, o, *recipe, *imatrix);
   }
 
   int fallbacks = 0, weighted = 0, calibrated = 0;
   std::map<DType, int> no_weighted_quantizer;  // unweighted because the type cannot weigh error
   std::string no_entry;                        // unweighted because the imatrix has no entry
-  requantize_gguf(o.input, o.output, *recipe, [&](const RequantizeNote& note) {
+  requantize_gguf(input, o.output, *recipe, [&](const RequantizeNote& note) {
     if (note.fallback) {
       ++fallbacks;
       fmt::print(stderr, "{}: rows of this tensor do not divide into {} blocks; stored as {}\n",
@@ -198,7 +278,9 @@ void quantize(const QuantizeOptions& o) {
                types.empty() ? "" : "; without (their type has no weighted quantizer): ", types,
                no_entry.empty() ? "" : "; without (no imatrix entry): ", no_entry);
   }
-  if (method == "gptq") fmt::print(stderr, "gptq: {} tensors written from GPTQ\n", calibrated);
+  if (method != "rtn" && method != "imatrix") {
+    fmt::print(stderr, "{}: {} tensors written from {}\n", method, calibrated, method == "awq" ? "AWQ" : "GPTQ");
+  }
   fmt::print(stderr, "wrote {} ({}, {}; {} tensors fell back to a higher-precision type)\n", o.output,
              recipe->name, method, fallbacks);
 }
@@ -211,9 +293,9 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("input", options->input, "input GGUF")->required();
   cmd->add_option("output", options->output, "output GGUF")->required();
   cmd->add_option("type", options->type,
-                  "one type for every matrix (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, INT8_PC, "
+                  "one type for every matrix (F32, F16, BF16, Q8_0, Q4_0, Q3_K, Q4_K, Q5_K, Q6_K, INT8_PC, "
                   "INT4_SYM_G32/G64/G128, INT4_ASYM_G32/G64/G128, FP8_E4M3_PC) or a llama.cpp "
-                  "mixture (Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M). Note: llama-quantize's Q4_K means "
+                  "mixture (Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M). Note: llama-quantize's Q4_K means "
                   "Q4_K_M; here Q4_K is Q4_K for every matrix")
       ->required();
   cmd->add_option("-t,--threads", options->threads, "threads (default: one per hardware thread)");
@@ -221,9 +303,10 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("--token-embedding-type", options->embedding_type, "type of token_embd.weight (as llama-quantize)");
   cmd->add_option("--method", options->method,
                   "rtn (round to nearest), imatrix (importance-weighted error: Q4_K, Q5_K, Q6_K, Q5_0) or gptq "
-                  "(Q4_K, INT4_SYM_G*/INT4_ASYM_G*, needs --calib); default: imatrix with --imatrix or --calib, "
+                  "(Q4_K, INT4_SYM_G*/INT4_ASYM_G*, needs --calib) or awq (activation-aware scales and clipping, any "
+                  "type, needs --calib); default: imatrix with --imatrix or --calib, "
                   "else rtn")
-      ->check(CLI::IsMember({"rtn", "imatrix", "gptq"}));
+      ->check(CLI::IsMember({"rtn", "imatrix", "gptq", "awq", "awq-gptq"}));
   cmd->add_option("--imatrix", options->imatrix,
                   "importance matrix (kestrel imatrix or llama-imatrix, GGUF or legacy .dat)");
   cmd->add_option("--calib", options->calib, "calibration text (gptq; imatrix without --imatrix)");
@@ -233,6 +316,7 @@ void register_quantize(CLI::App& app) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_flag("--no-act-order", options->no_act_order,
                 "gptq: quantize columns in order (default: by decreasing activation, with static groups)");
+  cmd->add_flag("--no-clip", options->no_clip, "awq: scales only, no clipping search");
   cmd->add_option("--damp", options->damp, "gptq: dampening, as a fraction of the Hessian's mean diagonal (default 0.01)")
       ->check(CLI::Range(1e-6, 10.0));
   cmd->callback([options] { quantize(*options); });

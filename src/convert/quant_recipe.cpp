@@ -17,9 +17,13 @@ constexpr QuantRecipe kRecipes[] = {
     {"BF16", DType::BF16, QuantMix::Pure, 32},
     {"Q8_0", DType::Q8_0, QuantMix::Pure, 7},
     {"Q4_0", DType::Q4_0, QuantMix::Pure, 2},
+    {"Q3_K", DType::Q3_K, QuantMix::Pure, 12},
     {"Q4_K", DType::Q4_K, QuantMix::Pure, 15},
     {"Q5_K", DType::Q5_K, QuantMix::Pure, 17},
     {"Q6_K", DType::Q6_K, QuantMix::Pure, 18},
+    {"Q3_K_S", DType::Q3_K, QuantMix::Q3_K_S, 11},
+    {"Q3_K_M", DType::Q3_K, QuantMix::Q3_K_M, 12},
+    {"Q3_K_L", DType::Q3_K, QuantMix::Q3_K_L, 13},
     {"Q4_K_S", DType::Q4_K, QuantMix::Q4_K_S, 14},
     {"Q4_K_M", DType::Q4_K, QuantMix::Q4_K_M, 15},
     {"Q5_K_S", DType::Q5_K, QuantMix::Q5_K_S, 16},
@@ -35,7 +39,7 @@ constexpr QuantRecipe kRecipes[] = {
 };
 
 // llama.cpp's tensor categories, tested in its order (names are matched by substring).
-enum class Category { Output, TokenEmbd, AttnV, FfnDown, Other };
+enum class Category { Output, TokenEmbd, AttnV, AttnOutput, FfnDown, Other };
 
 bool contains(std::string_view name, std::string_view part) {
   return name.find(part) != std::string_view::npos;
@@ -50,8 +54,8 @@ Category category_of(std::string_view name) {
       contains(name, "attn_v.weight")) {
     return Category::AttnV;
   }
-  if (contains(name, "attn_k.weight") || contains(name, "attn_q.weight") ||
-      contains(name, "attn_output.weight") || contains(name, "ffn_up") ||
+  if (contains(name, "attn_output.weight")) return Category::AttnOutput;
+  if (contains(name, "attn_k.weight") || contains(name, "attn_q.weight") || contains(name, "ffn_up") ||
       contains(name, "ffn_gate")) {
     return Category::Other;
   }
@@ -127,8 +131,8 @@ DType quant_type_that_fits(DType wanted, int64_t row_length) {
   for (DType type = wanted;; type = smaller_int4_group(type)) {
     if (row_length % dtype_layout(type).block_size == 0) return type;
     // llama.cpp's tensor_type_fallback: each k-quant to the 32-block type of about its precision.
-    const DType smaller = type == DType::Q4_K ? DType::Q5_0 : type == DType::Q5_K ? DType::Q5_1
-                        : type == DType::Q6_K ? DType::Q8_0 : DType::F16;
+    const DType smaller = type == DType::Q3_K ? DType::Q4_0 : type == DType::Q4_K ? DType::Q5_0
+                        : type == DType::Q5_K ? DType::Q5_1 : type == DType::Q6_K ? DType::Q8_0 : DType::F16;
     if (smaller != DType::F16) return row_length % 32 == 0 ? smaller : DType::F16;
   }
 }
@@ -170,14 +174,25 @@ std::vector<QuantChoice> plan_quantization(const QuantRecipe& recipe,
       if (category == Category::Output || (tied_embeddings && category == Category::TokenEmbd)) {
         wanted = t.dims[0] % 256 != 0 ? DType::Q8_0 : DType::Q6_K;
       } else if (category == Category::AttnV) {
-        if ((mix == QuantMix::Q4_K_M || mix == QuantMix::Q5_K_M) && use_more_bits(i_attn_v, n_attn_v)) {
+        if (mix == QuantMix::Q3_K_M) {
+          wanted = i_attn_v < 2 ? DType::Q5_K : DType::Q4_K;
+        } else if (mix == QuantMix::Q3_K_L) {
+          wanted = DType::Q5_K;
+        } else if ((mix == QuantMix::Q4_K_M || mix == QuantMix::Q5_K_M) && use_more_bits(i_attn_v, n_attn_v)) {
           wanted = DType::Q6_K;
         } else if (mix == QuantMix::Q4_K_S && i_attn_v < 4) {
           wanted = DType::Q5_K;
         }
         ++i_attn_v;
+      } else if (category == Category::AttnOutput) {
+        if (mix == QuantMix::Q3_K_M) wanted = DType::Q4_K;
+        if (mix == QuantMix::Q3_K_L) wanted = DType::Q5_K;
       } else if (category == Category::FfnDown) {
-        if ((mix == QuantMix::Q4_K_M || mix == QuantMix::Q5_K_M) && use_more_bits(i_ffn_down, n_layer)) {
+        if (mix == QuantMix::Q3_K_M) {
+          wanted = i_ffn_down < n_layer / 16 ? DType::Q5_K : DType::Q4_K;
+        } else if (mix == QuantMix::Q3_K_L) {
+          wanted = DType::Q5_K;
+        } else if ((mix == QuantMix::Q4_K_M || mix == QuantMix::Q5_K_M) && use_more_bits(i_ffn_down, n_layer)) {
           wanted = DType::Q6_K;
         } else if (mix == QuantMix::Q4_K_S && i_ffn_down < n_layer / 8) {
           wanted = DType::Q5_K;

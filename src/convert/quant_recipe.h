@@ -33,7 +33,7 @@
 
 namespace kestrel {
 
-enum class QuantMix { Pure, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M };
+enum class QuantMix { Pure, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M };
 
 struct QuantRecipe {
   std::string_view name;  // as typed on the command line, e.g. "Q4_K_M"

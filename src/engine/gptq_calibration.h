@@ -1,11 +1,10 @@
 // GPTQ over a whole model, layer by layer on the already-quantized layers' outputs: the
-// calibration chunks (n_ctx tokens each, BOS first, as perplexity cuts them) run through the
-// model as ONE batch, and an ActivationObserver quantizes each linear layer the moment its inputs
+// calibration chunks run through the model as ONE batch (engine/calibration_pass.h), and an
+// ActivationObserver quantizes each linear layer the moment its inputs
 // arrive, then points the model at the quantized matrix before the forward pass reads it. So every
 // layer's Hessian comes from the inputs the quantized model really produces (AutoGPTQ's
 // block-by-block order, and its "true sequential" order inside a block: q/k/v, then the output
-// projection, gate/up, then down), in one forward pass. The price is memory: the activations of
-// all n_chunks x n_ctx tokens are held at once (about 4 x (3 x n_embd + 2 x n_ff) bytes a token).
+// projection, gate/up, then down), in one forward pass.
 #pragma once
 
 #include <cstdint>
@@ -17,16 +16,14 @@
 #include "calib/gptq.h"
 #include "convert/imatrix_file.h"
 #include "convert/requantize.h"
+#include "engine/calibration_pass.h"
 #include "core/dtype.h"
 #include "model/model.h"
 
 namespace kestrel {
 
 struct GptqCalibrationOptions {
-  int64_t n_ctx = 512;
-  int64_t n_chunks = 128;
-  int32_t bos_token = -1;  // -1: keep each chunk's first token
-  int num_threads = 2;
+  CalibrationPass pass;
   calib::GptqOptions gptq;
   bool measure_loss = true;  // each tensor's proxy loss for GPTQ and for round-to-nearest
 };

@@ -93,6 +93,34 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == 210);
 
+// Q3_K: 16 sub-blocks of 16 with signed 6-bit scales; x = d * (scale_j - 32) * (q - 4), q in
+// [0, 7]: its low 2 bits in qs (byte 32h + l holds values 128h + 32k + l at bits 2k, 2k + 1), its
+// high bit in hmask (bit 4h + k of byte l for the same value). scales: 16 codes of 6 bits, the low
+// 4 bits of code j in byte j (j < 8) or the high nibble of byte j - 8, the top 2 bits in byte
+// 8 + j % 4 at bits 2 (j / 4), 2 (j / 4) + 1.
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];
+  uint8_t qs[kQK_K / 4];
+  uint8_t scales[kKScaleSize];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ3_K) == 110);
+
+// The signed scale (code - 32, in [-32, 31]) of sub-block j of a Q3_K block.
+inline int q3k_scale(const uint8_t* scales, int j) {
+  const int low = j < 8 ? scales[j] & 0x0f : scales[j - 8] >> 4;
+  const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (low | high << 4) - 32;
+}
+
+// The level (q in [0, 7]; the value is q - 4) of value i of a Q3_K block.
+inline int q3k_level(const BlockQ3_K& b, int i) {
+  const int half = i / 128, k = (i % 128) / 32, l = i % 32;
+  const int low = (b.qs[32 * half + l] >> (2 * k)) & 3;
+  const int high = (b.hmask[l] >> (4 * half + k)) & 1;
+  return low | high << 2;
+}
+
 // Q8_K: the activation format for k-quant dot products (never stored in files).
 struct BlockQ8_K {
   float d;

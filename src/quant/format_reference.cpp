@@ -189,7 +189,7 @@ float vec_dot_q4_0_q8_0(const void* w, const void* a, int64_t n) {
 
 using namespace ref;  // NOLINT: the table below names every reference kernel
 
-constexpr std::array<WeightFormat, 21> kFormats{{
+constexpr std::array<WeightFormat, 22> kFormats{{
     {DType::F32, 1, 4, quantize_row_f32, dequantize_row_f32, DType::F32, vec_dot_f32},
     {DType::F16, 1, 2, quantize_row_f16, dequantize_row_f16, DType::F16, vec_dot_f16},
     {DType::BF16, 1, 2, quantize_row_bf16, dequantize_row_bf16, DType::BF16, vec_dot_bf16},
@@ -199,6 +199,7 @@ constexpr std::array<WeightFormat, 21> kFormats{{
     {DType::Q4_1, 32, 20, quantize_row_q4_1, dequantize_row_q4_1, DType::Q8_1, vec_dot_q4_1_q8_1},
     {DType::Q5_0, 32, 22, quantize_row_q5_0, dequantize_row_q5_0, DType::Q8_0, vec_dot_q5_0_q8_0, 0, quantize_row_q5_0_weighted},
     {DType::Q5_1, 32, 24, quantize_row_q5_1, dequantize_row_q5_1, DType::Q8_1, vec_dot_q5_1_q8_1},
+    {DType::Q3_K, 256, 110, quantize_row_q3_K, dequantize_row_q3_K, DType::Q8_K, vec_dot_q3_K_q8_K, 0, quantize_row_q3_K_weighted},
     {DType::Q4_K, 256, 144, quantize_row_q4_K, dequantize_row_q4_K, DType::Q8_K, vec_dot_q4_K_q8_K, 0, quantize_row_q4_K_weighted},
     {DType::Q5_K, 256, 176, quantize_row_q5_K, dequantize_row_q5_K, DType::Q8_K, vec_dot_q5_K_q8_K, 0, quantize_row_q5_K_weighted},
     {DType::Q6_K, 256, 210, quantize_row_q6_K, dequantize_row_q6_K, DType::Q8_K, vec_dot_q6_K_q8_K, 0, quantize_row_q6_K_weighted},

@@ -79,6 +79,23 @@ float dot_affine(const Block* x, const BlockQ8_K* y, int64_t n, Level level) {
   return sum;
 }
 
+// Shared shape of the Q6_K/Q3_K dots: 16 groups of 16 signed levels, each group with an integer
+// scale; the integer sums are exact, one float product per super-block.
+template <typename Block, typename Level, typename Scale>
+float dot_symmetric(const Block* x, const BlockQ8_K* y, int64_t n, Level level, Scale scale) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    int32_t scaled = 0;
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      int32_t dot = 0;
+      for (int i = j * 16; i < j * 16 + 16; ++i) dot += level(x[b], i) * int32_t(y[b].qs[i]);
+      scaled += scale(x[b], j) * dot;
+    }
+    sum += y[b].d * (fp16_to_float(x[b].d) * float(scaled));
+  }
+  return sum;
+}
+
 }  // namespace
 
 void dequantize_row_q4_K(const void* src, float* dst, int64_t n) {
@@ -111,19 +128,26 @@ float vec_dot_q5_K_q8_K(const void* w, const void* a, int64_t n) {
 }
 
 float vec_dot_q6_K_q8_K(const void* w, const void* a, int64_t n) {
-  const BlockQ6_K* x = static_cast<const BlockQ6_K*>(w);
-  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(a);
-  float sum = 0.0f;
+  return dot_symmetric(static_cast<const BlockQ6_K*>(w), static_cast<const BlockQ8_K*>(a), n, q6_level,
+                       [](const BlockQ6_K& b, int j) { return int32_t(b.scales[j]); });
+}
+
+// Q3_K: (d * (scale - 32)) * (q - 4) in float, as ggml's dequantize_row_q3_K.
+void dequantize_row_q3_K(const void* src, float* dst, int64_t n) {
+  const BlockQ3_K* blocks = static_cast<const BlockQ3_K*>(src);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    int32_t scaled = 0;
+    const float d = fp16_to_float(blocks[b].d);
     for (int j = 0; j < kQK_K / 16; ++j) {
-      int32_t dot = 0;
-      for (int i = j * 16; i < j * 16 + 16; ++i) dot += q6_level(x[b], i) * int32_t(y[b].qs[i]);
-      scaled += int32_t(x[b].scales[j]) * dot;
+      const float step = d * float(q3k_scale(blocks[b].scales, j));
+      for (int i = j * 16; i < j * 16 + 16; ++i) dst[b * kQK_K + i] = step * float(q3k_level(blocks[b], i) - 4);
     }
-    sum += y[b].d * (fp16_to_float(x[b].d) * float(scaled));
   }
-  return sum;
+}
+
+float vec_dot_q3_K_q8_K(const void* w, const void* a, int64_t n) {
+  return dot_symmetric(static_cast<const BlockQ3_K*>(w), static_cast<const BlockQ8_K*>(a), n,
+                       [](const BlockQ3_K& b, int i) { return q3k_level(b, i) - 4; },
+                       [](const BlockQ3_K& b, int j) { return int32_t(q3k_scale(b.scales, j)); });
 }
 
 // Q8_K: d = amax / 127 in F32, q = round(x / d) (ties to even), bsums = sums of 16 q's.

@@ -41,17 +41,21 @@ float vec_dot_q5_1_q8_1(const void* w, const void* a, int64_t n);
 void quantize_row_q4_K(const float* src, void* dst, int64_t n);
 void quantize_row_q5_K(const float* src, void* dst, int64_t n);
 void quantize_row_q6_K(const float* src, void* dst, int64_t n);
+void quantize_row_q3_K(const float* src, void* dst, int64_t n);
 // The same with an importance weight per value (the imatrix's per-column means, one per element of
 // the row): the searches minimise the weighted squared error, as llama.cpp's imatrix quantizers do.
 void quantize_row_q4_K_weighted(const float* src, void* dst, int64_t n, const float* importance);
 void quantize_row_q5_K_weighted(const float* src, void* dst, int64_t n, const float* importance);
 void quantize_row_q6_K_weighted(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_row_q3_K_weighted(const float* src, void* dst, int64_t n, const float* importance);
 void dequantize_row_q4_K(const void* src, float* dst, int64_t n);
 void dequantize_row_q5_K(const void* src, float* dst, int64_t n);
 void dequantize_row_q6_K(const void* src, float* dst, int64_t n);
+void dequantize_row_q3_K(const void* src, float* dst, int64_t n);
 float vec_dot_q4_K_q8_K(const void* w, const void* a, int64_t n);
 float vec_dot_q5_K_q8_K(const void* w, const void* a, int64_t n);
 float vec_dot_q6_K_q8_K(const void* w, const void* a, int64_t n);
+float vec_dot_q3_K_q8_K(const void* w, const void* a, int64_t n);
 void quantize_row_q8_K(const float* src, void* dst, int64_t n);
 void dequantize_row_q8_K(const void* src, float* dst, int64_t n);
 float vec_dot_q8_K_q8_K(const void* w, const void* a, int64_t n);

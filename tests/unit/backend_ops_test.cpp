@@ -251,7 +251,7 @@ TEST(KernelTables, SimdTablesHaveTheMainFormats) {
     if (isa == Isa::Scalar) continue;
     const KernelTable& table = *cpu::kernels_for(isa);
     for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                       DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::INT8_PC,
+                       DType::Q5_0, DType::Q5_1, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::INT8_PC,
                        DType::INT4_SYM_G32,
                        DType::INT4_SYM_G64, DType::INT4_SYM_G128, DType::INT4_ASYM_G32,
                        DType::INT4_ASYM_G64, DType::INT4_ASYM_G128, DType::FP8_E4M3_PC}) {
@@ -428,6 +428,17 @@ std::vector<uint8_t> identity_row(const WeightFormat& format, int64_t k, int64_t
       std::memcpy(block, &q6, sizeof q6);
       return row;
     }
+    case DType::Q3_K: {  // d = 1, scale codes 33 (scale 1), levels 4 (zero) except 5 at i
+      quant::BlockQ3_K q3{};
+      set_f16(reinterpret_cast<uint8_t*>(&q3.d), 1.0f);
+      for (int j = 0; j < 8; ++j) q3.scales[j] = 0x11;    // low 4 bits of codes j and j + 8: 1
+      for (int j = 8; j < 12; ++j) q3.scales[j] = 0xaa;   // top 2 bits of every code: 2
+      for (uint8_t& h : q3.hmask) h = 0xff;               // high bit 1 everywhere: level 4
+      const int half = int(i / 128), k4 = int(i % 128) / 32, l = int(i % 32);
+      q3.qs[32 * half + l] |= uint8_t(1 << (2 * k4));
+      std::memcpy(block, &q3, sizeof q3);
+      return row;
+    }
     case DType::Q4_0:
     case DType::INT4_SYM_G32:
     case DType::INT4_SYM_G64:
@@ -484,6 +495,7 @@ double identity_value(DType type) {
     case DType::F32:
     case DType::F16:
     case DType::BF16:
+    case DType::Q3_K:
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:

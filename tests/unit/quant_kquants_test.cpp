@@ -1,4 +1,4 @@
-// k-quants (Q4_K, Q5_K, Q6_K weights; Q8_K activations):
+// k-quants (Q3_K, Q4_K, Q5_K, Q6_K weights; Q8_K activations):
 //  - blocks written by llama.cpp's llama-quantize dequantize bitwise like gguf-py's numpy code
 //    (fixtures from scripts/gen_quant_fixtures.py);
 //  - our quantizer's squared error on the same values is no worse than llama.cpp's;
@@ -29,12 +29,13 @@ using quant::WeightFormat;
 constexpr double kU = 0x1p-24;  // unit roundoff of float
 constexpr int kQK = 256;
 
-const DType kWeightTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kWeightTypes[] = {DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 // ---------------------------------------------------------------------------------------------
 // An independent decoding of the block headers (written from the GGUF spec's description, not
 // from the code under test): for each of the 256 values, the step and offset of its sub-block's
-// grid, value = step * q + offset with q in [0, qmax] (Q6_K: q in [-32, 31], offset 0).
+// grid, value = step * q + offset with q in [0, qmax] (Q6_K: q in [-32, 31], Q3_K: q in [-4, 3],
+// offset 0).
 
 struct Grid {
   std::vector<double> step, offset;
@@ -46,6 +47,19 @@ Grid decode_grid(DType type, const uint8_t* block) {
   g.step.resize(kQK);
   g.offset.resize(kQK);
   uint16_t h0, h1;
+  if (type == DType::Q3_K) {
+    // hmask[32], qs[64], scales[12], d: 16 signed 6-bit scale codes (stored + 32), the low 4 bits of
+    // code j in byte j % 8 (low nibble for j < 8, high for j >= 8), the top 2 in byte 8 + j % 4.
+    std::memcpy(&h0, block + 108, 2);
+    const double d = fp16_to_float(h0);
+    const uint8_t* s = block + 96;
+    for (int j = 0; j < 16; ++j) {
+      const int code = ((s[j % 8] >> (j < 8 ? 0 : 4)) & 15) | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4);
+      for (int i = 16 * j; i < 16 * j + 16; ++i) g.step[i] = d * (code - 32), g.offset[i] = 0.0;
+    }
+    g.qmin = -4, g.qmax = 3;
+    return g;
+  }
   if (type == DType::Q6_K) {
     std::memcpy(&h0, block + 208, 2);
     const double d = fp16_to_float(h0);
@@ -92,10 +106,14 @@ std::vector<float> dequantize(const WeightFormat& f, const std::vector<uint8_t>&
   return out;
 }
 
-double squared_error(const std::vector<float>& a, const std::vector<float>& b, size_t begin,
-                     size_t end) {
+// sum (a - b)^2 over [begin, end); by_magnitude: each term weighted by b^2 (b the original values),
+// the error Q3_K's quantizers (llama.cpp's and Kestrel's) minimise without an imatrix.
+double squared_error(const std::vector<float>& a, const std::vector<float>& b, size_t begin, size_t end,
+                     bool by_magnitude = false) {
   double e = 0;
-  for (size_t i = begin; i < end; ++i) e += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  for (size_t i = begin; i < end; ++i) {
+    e += (by_magnitude ? double(b[i]) * b[i] : 1.0) * (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  }
   return e;
 }
 
@@ -137,7 +155,7 @@ struct FixtureCase {
   DType type;
 };
 const FixtureCase kFixtures[] = {
-    {"q4_k.bin", DType::Q4_K}, {"q5_k.bin", DType::Q5_K}, {"q6_k.bin", DType::Q6_K}};
+    {"q3_k.bin", DType::Q3_K}, {"q4_k.bin", DType::Q4_K}, {"q5_k.bin", DType::Q5_K}, {"q6_k.bin", DType::Q6_K}};
 
 TEST(KQuantFixture, DequantizeIsBitwiseEqualToGgufPy) {
   // gguf-py computes (d * scale) * q - dmin * min in float32, the same operations in the same
@@ -162,14 +180,16 @@ TEST(KQuantFixture, QuantizerIsNoWorseThanLlamaCpp) {
   // constant, tiny (subnormal F16 scales), normal, large with an offset. Ours minimises the
   // squared error directly; llama.cpp minimises a weighted one, so over the 8 blocks ours must be
   // lower, and no single block may be more than 10% worse (the weighting can win on a block).
+  // Q3_K: both minimise the error weighted by x^2, and that is what is compared.
   for (const FixtureCase& c : kFixtures) {
     const Fixture f = load_fixture(c.file);
     const WeightFormat& format = quant::require_format(c.type);
     const std::vector<float> ours = dequantize(format, quantize(format, f.original), int64_t(f.blocks) * kQK);
+    const bool by_magnitude = c.type == DType::Q3_K;
     double ours_total = 0, theirs_total = 0;
     for (uint32_t b = 0; b < f.blocks; ++b) {
-      const double e_ours = squared_error(ours, f.original, b * kQK, (b + 1) * kQK);
-      const double e_theirs = squared_error(f.gguf_py, f.original, b * kQK, (b + 1) * kQK);
+      const double e_ours = squared_error(ours, f.original, b * kQK, (b + 1) * kQK, by_magnitude);
+      const double e_theirs = squared_error(f.gguf_py, f.original, b * kQK, (b + 1) * kQK, by_magnitude);
       ours_total += e_ours;
       theirs_total += e_theirs;
       EXPECT_LE(e_ours, e_theirs * 1.10 + 1e-12) << c.file << " block " << b;
@@ -200,7 +220,8 @@ std::vector<float> random_row(std::mt19937& rng, int64_t n, int kind) {
 
 // Plain min/max rounding per sub-block with the scales kept in float: what a search must beat.
 double minmax_squared_error(DType type, const std::vector<float>& x) {
-  const int sub = type == DType::Q6_K ? 16 : 32;
+  const bool symmetric = type == DType::Q6_K || type == DType::Q3_K;
+  const int sub = symmetric ? 16 : 32;
   double e = 0;
   for (size_t s = 0; s < x.size(); s += size_t(sub)) {
     float lo = 0, hi = x[s], amax = 0;
@@ -209,8 +230,8 @@ double minmax_squared_error(DType type, const std::vector<float>& x) {
     }
     for (size_t i = s; i < s + size_t(sub); ++i) {
       double v;
-      if (type == DType::Q6_K) {
-        const double step = amax / 31.0;
+      if (symmetric) {
+        const double step = amax / (type == DType::Q6_K ? 31.0 : 3.0);
         v = step == 0 ? 0 : step * std::round(x[i] / step);
       } else {
         const double step = (double(hi) - lo) / (type == DType::Q4_K ? 15 : 31);
@@ -330,7 +351,7 @@ TEST(KQuant, VecDotMatchesDequantizedDotAndApproximatesOriginal) {
 }
 
 TEST(KQuant, TableEntriesMatchGgufLayouts) {
-  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K}) {
+  for (DType type : {DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K}) {
     const WeightFormat& f = quant::require_format(type);
     EXPECT_EQ(f.block_size, 256);
     EXPECT_EQ(f.block_bytes, dtype_layout(type).block_bytes) << dtype_name(type);

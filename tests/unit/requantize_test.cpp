@@ -70,7 +70,7 @@ TEST(QuantRecipe, MixturesChooseWhatLlamaQuantizeChose) {
   ASSERT_EQ(models.size(), 2u);
   int compared = 0;
   for (const FixtureModel& m : models) {
-    ASSERT_EQ(m.types.size(), 5u) << m.name;
+    ASSERT_EQ(m.types.size(), 8u) << m.name;  // Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K
     for (const auto& [ftype, expected] : m.types) {
       const auto recipe = find_quant_recipe(ftype);
       ASSERT_TRUE(recipe) << ftype;
@@ -88,7 +88,7 @@ TEST(QuantRecipe, MixturesChooseWhatLlamaQuantizeChose) {
       }
     }
   }
-  EXPECT_EQ(compared, 5 * (16 * 7 + 2) + 5 * (10 * 7 + 1));
+  EXPECT_EQ(compared, 8 * (16 * 7 + 2) + 8 * (10 * 7 + 1));
 }
 
 // A Llama-shaped tensor list: n layers of 7 matrices and 2 norms, embeddings, optional output.
@@ -167,6 +167,10 @@ TEST(QuantRecipe, FallbacksForRowsThatDoNotFit) {
   EXPECT_FALSE(plan[2].fallback()) << "llama.cpp picks Q8_0 for this output; not a fallback";
   EXPECT_EQ(plan[0].type, DType::Q5_0) << "token_embd: Q4_K does not fit 96";
   EXPECT_TRUE(plan[0].fallback());
+  // llama.cpp's fallback for Q3_K is Q4_0.
+  const auto q3 = plan_quantization(*find_quant_recipe("Q3_K_S"), llama_tensors(4, false, 96, 96), 4);
+  EXPECT_EQ(q3[0].type, DType::Q4_0);
+  EXPECT_TRUE(q3[0].fallback());
 }
 
 TEST(QuantRecipe, NamesAndFileTypes) {
@@ -177,7 +181,10 @@ TEST(QuantRecipe, NamesAndFileTypes) {
   EXPECT_EQ(find_quant_recipe("Q8_0")->file_type, 7u);
   EXPECT_EQ(find_quant_recipe("Q4_K")->mix, QuantMix::Pure);
   EXPECT_EQ(find_quant_recipe("INT4_SYM_G64")->file_type, uint32_t(DType::INT4_SYM_G64));
-  EXPECT_FALSE(find_quant_recipe("Q3_K_M"));
+  EXPECT_EQ(find_quant_recipe("Q3_K_S")->file_type, 11u);
+  EXPECT_EQ(find_quant_recipe("Q3_K_M")->file_type, 12u);
+  EXPECT_EQ(find_quant_recipe("Q3_K_L")->file_type, 13u);
+  EXPECT_FALSE(find_quant_recipe("Q2_K")) << "no Q2_K kernels yet";
   EXPECT_FALSE(find_quant_recipe("Q8_K")) << "an activation type, not a weight type";
   EXPECT_FALSE(find_quant_recipe(""));
   EXPECT_THROW(pure_quant_recipe(DType::Q8_K), Error);

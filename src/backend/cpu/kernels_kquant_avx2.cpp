@@ -1,10 +1,11 @@
-// AVX2 kernels for the k-quants Q4_K, Q5_K and Q6_K against Q8_K activations (kernels_q8k_common.h,
-// all three in the one plain layout, so a layer's Q4_K and Q6_K matrices share one conversion):
-// unsigned levels in element order, one 32-element sub-block (Q4_K/Q5_K) or two 16-element ones
-// (Q6_K) per 256-bit vector, maddubs with the signed activations, madd with the sub-block scales
-// (AVX2 has neither dpbusd nor GFNI, which the AVX-512 lane-major design uses). Q4_K/Q5_K subtract
-// dmin * min * bsum; Q6_K, stored as q + 32, subtracts 32 * scale * bsum per 16-element group,
-// both through one madd with the activation's bsums.
+// AVX2 kernels for the k-quants Q3_K, Q4_K, Q5_K and Q6_K against Q8_K activations
+// (kernels_q8k_common.h, all in the one plain layout, so a layer's Q4_K and Q6_K matrices share one
+// conversion): unsigned levels in element order, one 32-element sub-block (Q4_K/Q5_K) or two
+// 16-element ones (Q6_K, Q3_K) per 256-bit vector, maddubs with the signed activations, madd with
+// the sub-block scales (AVX2 has neither dpbusd nor GFNI, which the AVX-512 lane-major design
+// uses). Q4_K/Q5_K subtract dmin * min * bsum; Q6_K, stored as q + 32, subtracts 32 * scale * bsum
+// per 16-element group (Q3_K, stored as q + 4: 4 * scale * bsum), both through one madd with the
+// activation's bsums. The AVX-512 table uses the Q3_K kernel too (it has no lane-major one yet).
 //
 // Every path reduces a super-block to its exact integer sums per (row, token) and ends with the
 // same scalar FMAs (the kernels' finish_block), so decode, small batches and the interleaved
@@ -291,12 +292,64 @@ struct Q45KInterleave : KquantInterleaveSteps {
   }
 };
 
-// Q6_K: element e of a super-block is q_e - 32 with q_e = 6 bits (low 4 in ql, top 2 in qh), times
-// the int8 scale of its 16-element group. The levels stay q (unsigned, so maddubs takes them as
-// its unsigned operand against the signed activations) and 32 * sum_g scale_g * bsum_g comes off.
-struct Q6KKernel {
-  static constexpr int64_t kBlockBytes = 210, kStepBytes = kBlockBytes;
-  static constexpr int kRows = 4, kTokens = 2, kDecodeRows = 2;  // n >= 4: Q6KInterleave (below)
+// The symmetric k-quants, Q6_K and Q3_K: element e of a super-block is q_e - offset (Q6_K: 6-bit q,
+// offset 32; Q3_K: 3-bit q, offset 4) times the int8 scale of its 16-element group. The levels stay
+// q (unsigned, so maddubs takes them as its unsigned operand against the signed activations) and
+// offset * sum_g scale_g * bsum_g comes off. A Layout gives a format's bytes: its levels, its 16
+// group scales as int8 and its d.
+struct Q6KLayout {
+  static constexpr int64_t kBlockBytes = 210;
+  static constexpr int kOffsetShift = 5;  // offset 32
+  static __m128i scales_i8(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)); }
+  static float block_d(const uint8_t* p) { return fp16_to_f32(load_u16(p + 208)); }
+  // The levels of half h (elements 128h .. 128h + 127) as four 32-element vectors.
+  static void levels_half(const uint8_t* p, int h, __m256i out[4]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f), top2 = _mm256_set1_epi8(0x30);
+    const __m256i ql0 = load256(p + 64 * h), ql1 = load256(p + 64 * h + 32);
+    const __m256i qh = load256(p + 128 + 32 * h);
+    // Bits 2q, 2q + 1 of qh[l] are the top bits of element 128h + 32q + l: move them to 4-5.
+    out[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), top2));
+    out[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), top2));
+    out[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, top2));
+    out[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), top2));
+  }
+};
+
+// Q3_K (quant/blocks.h): hmask[32], qs[64], 12 bytes of 6-bit scale codes, d.
+struct Q3KLayout {
+  static constexpr int64_t kBlockBytes = 110;
+  static constexpr int kOffsetShift = 2;  // offset 4
+  // Code j: low 4 bits in byte j % 8 (low nibble for j < 8), top 2 in byte 8 + j % 4 at 2 (j / 4);
+  // four codes per 32-bit word, minus 32.
+  static __m128i scales_i8(const uint8_t* p) {
+    uint32_t a0, a1, top;
+    std::memcpy(&a0, p + 96, 4);
+    std::memcpy(&a1, p + 100, 4);
+    std::memcpy(&top, p + 104, 4);
+    const uint32_t low4 = 0x0f0f0f0fu, top2 = 0x03030303u;
+    const __m128i codes = _mm_setr_epi32(int((a0 & low4) | (top & top2) << 4), int((a1 & low4) | ((top >> 2) & top2) << 4),
+                                         int(((a0 >> 4) & low4) | ((top >> 4) & top2) << 4),
+                                         int(((a1 >> 4) & low4) | ((top >> 6) & top2) << 4));
+    return _mm_sub_epi8(codes, _mm_set1_epi8(32));
+  }
+  static float block_d(const uint8_t* p) { return fp16_to_f32(load_u16(p + 108)); }
+  // Element 128h + 32k + l: low 2 bits at bits 2k of qs[32h + l], high bit at bit 4h + k of hmask[l].
+  static void levels_half(const uint8_t* p, int h, __m256i out[4]) {
+    const __m256i qs = load256(p + 32 + 32 * h), hmask = load256(p);
+    const __m256i two = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    for (int k = 0; k < 4; ++k) {
+      const __m256i low = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), two);
+      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hmask, 4 * h + k), one);
+      out[k] = _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
+    }
+  }
+};
+
+template <typename Layout>
+struct SymmetricKKernel {
+  static constexpr int64_t kBlockBytes = Layout::kBlockBytes, kStepBytes = kBlockBytes;
+  static constexpr int kRows = 4, kTokens = 2, kDecodeRows = 2;  // n >= 4: SymmetricKInterleave (below)
   using Acc = float;
   using A = KquantActivation;
   struct W {
@@ -310,9 +363,7 @@ struct Q6KKernel {
   static Acc zero() { return 0.0f; }
 
   // The 16 group scales as int16 (group g in lane g).
-  static __m256i group_scales(const uint8_t* p) {
-    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)));
-  }
+  static __m256i group_scales(const uint8_t* p) { return _mm256_cvtepi8_epi16(Layout::scales_i8(p)); }
   // Vector v's scales: group 2v's scale in its low 128 bits, group 2v + 1's in its high ones.
   static __m256i vector_scales(__m256i scales16, int v) {
     // Dword v holds (scale 2v, scale 2v + 1); copy it everywhere, then spread within each lane.
@@ -320,24 +371,13 @@ struct Q6KKernel {
     return _mm256_shuffle_epi8(pair, _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
                                                       2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
   }
-  // The levels of half h (elements 128h .. 128h + 127) as four 32-element vectors.
-  static void levels_half(const uint8_t* p, int h, __m256i out[4]) {
-    const __m256i low4 = _mm256_set1_epi8(0x0f), top2 = _mm256_set1_epi8(0x30);
-    const __m256i ql0 = load256(p + 64 * h), ql1 = load256(p + 64 * h + 32);
-    const __m256i qh = load256(p + 128 + 32 * h);
-    // Bits 2q, 2q + 1 of qh[l] are the top bits of element 128h + 32q + l: move them to 4-5.
-    out[0] = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), top2));
-    out[1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), top2));
-    out[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, top2));
-    out[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), top2));
-  }
-  static float block_d(const uint8_t* p) { return fp16_to_f32(load_u16(p + 208)); }
-  // lanes - 32 * sum_g scale_g * bsum_g: the integer lanes of the super-block's exact sum S.
+  static void levels_half(const uint8_t* p, int h, __m256i out[4]) { Layout::levels_half(p, h, out); }
+  static float block_d(const uint8_t* p) { return Layout::block_d(p); }
+  // lanes - offset * sum_g scale_g * bsum_g: the integer lanes of the super-block's exact sum S.
   static __m256i corrected(__m256i lanes, __m256i scales16, const A& a) {
-    return _mm256_sub_epi32(lanes, _mm256_slli_epi32(_mm256_madd_epi16(scales16, a.bsums()), 5));
+    return _mm256_sub_epi32(lanes, _mm256_slli_epi32(_mm256_madd_epi16(scales16, a.bsums()), Layout::kOffsetShift));
   }
-  // acc = fma(S, d * d_a, acc) with S's int32 lanes: the float tail of every Q6_K path (mac,
+  // acc = fma(S, d * d_a, acc) with S's int32 lanes: the float tail of every path (mac,
   // mac_direct(2), the interleaved tiles), so all give bitwise the same result.
   static void finish_block(Acc& acc, __m256i sum_lanes, float d, const A& a) {
     acc = fma1(float(hsum_epi32(sum_lanes)), d * a.d(), acc);
@@ -395,7 +435,7 @@ struct Q6KKernel {
   static float finish(Acc acc, const uint8_t*) { return acc; }
 };
 
-// Q6_K prefill tiles: as Q4_K's (Interleaved4Block), 4 rows interleaved 8 bytes at a time; a
+// Q6_K/Q3_K prefill tiles: as Q4_K's (Interleaved4Block), 4 rows interleaved 8 bytes at a time; a
 // 16-element group is 2 vectors whose maddubs add up in int16 (2 x 2 x 63 x 127 < 32767) before
 // one madd with the 4 rows' group scales: 48 integer multiplies per 4 rows x 256 x token
 // instead of 64, plus 4 for the bsums correction.
@@ -406,20 +446,21 @@ struct Interleaved4Q6Block {
   __m128 d;              // [row]
 };
 
-struct Q6KInterleave : KquantInterleaveSteps {
-  using Kernel = Q6KKernel;
+template <typename Layout>
+struct SymmetricKInterleave : KquantInterleaveSteps {
+  using Kernel = SymmetricKKernel<Layout>;
   using Block = Interleaved4Q6Block;
   static void interleave(const uint8_t* w, int64_t w_stride, int64_t s, int64_t /*k*/, Block& out) {
     const uint8_t* p[4];
     alignas(16) float d[4];
     for (int r = 0; r < 4; ++r) {
-      p[r] = w + r * w_stride + s * Q6KKernel::kBlockBytes;
-      d[r] = Q6KKernel::block_d(p[r]);
-      out.scales16[r] = Q6KKernel::group_scales(p[r]);
+      p[r] = w + r * w_stride + s * Kernel::kBlockBytes;
+      d[r] = Kernel::block_d(p[r]);
+      out.scales16[r] = Kernel::group_scales(p[r]);
     }
     for (int h = 0; h < 2; ++h) {
       __m256i levels[4][4];  // [row][q]
-      for (int r = 0; r < 4; ++r) Q6KKernel::levels_half(p[r], h, levels[r]);
+      for (int r = 0; r < 4; ++r) Kernel::levels_half(p[r], h, levels[r]);
       for (int q = 0; q < 4; ++q) {
         const __m256i rows[4] = {levels[0][q], levels[1][q], levels[2][q], levels[3][q]};
         interleave_rows(rows, out.levels[4 * h + q]);
@@ -427,10 +468,8 @@ struct Q6KInterleave : KquantInterleaveSteps {
     }
     // Group scale G of rows 0 and 2 (from `even`: row 0 | row 2) into the high byte of int16 lanes
     // 0-3 of each half, of rows 1 and 3 (`odd`) into lanes 4-7; an arithmetic shift sign-extends.
-    const __m256i even = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(p[2] + 192),
-                                             reinterpret_cast<const __m128i*>(p[0] + 192));
-    const __m256i odd = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(p[3] + 192),
-                                            reinterpret_cast<const __m128i*>(p[1] + 192));
+    const __m256i even = _mm256_set_m128i(Layout::scales_i8(p[2]), Layout::scales_i8(p[0]));
+    const __m256i odd = _mm256_set_m128i(Layout::scales_i8(p[3]), Layout::scales_i8(p[1]));
     const __m256i first = _mm256_setr_epi8(-128, 0, -128, 0, -128, 0, -128, 0, -128, -128, -128, -128, -128, -128, -128, -128,
                                            -128, 0, -128, 0, -128, 0, -128, 0, -128, -128, -128, -128, -128, -128, -128, -128);
     const __m256i second = _mm256_setr_epi8(-128, -128, -128, -128, -128, -128, -128, -128, -128, 0, -128, 0, -128, 0, -128, 0,
@@ -460,9 +499,9 @@ struct Q6KInterleave : KquantInterleaveSteps {
       }
     }
     for (int t = 0; t < T; ++t) {
-      // Each row's sum minus 32 * its scales . bsums.
+      // Each row's sum minus offset * its scales . bsums.
       const __m128i correction = dots4_epi16(b.scales16, load256(a[t] + Q8KLayout::kBsums));
-      const __m128i total = _mm_sub_epi32(row_sums4(sums[t]), _mm_slli_epi32(correction, 5));
+      const __m128i total = _mm_sub_epi32(row_sums4(sums[t]), _mm_slli_epi32(correction, Layout::kOffsetShift));
       const __m128 da = _mm_set1_ps(load_f32(a[t] + Q8KLayout::kScale));
       acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(total), _mm_mul_ps(b.d, da), acc[t]);
     }
@@ -471,7 +510,10 @@ struct Q6KInterleave : KquantInterleaveSteps {
 
 constexpr FormatKernels kQ4K{DType::Q4_K, Q8KLayout::row_bytes, convert_q8_k, interleaved_matmul<Q45KInterleave<false>>};
 constexpr FormatKernels kQ5K{DType::Q5_K, Q8KLayout::row_bytes, convert_q8_k, interleaved_matmul<Q45KInterleave<true>>};
-constexpr FormatKernels kQ6K{DType::Q6_K, Q8KLayout::row_bytes, convert_q8_k, interleaved_matmul<Q6KInterleave>};
+constexpr FormatKernels kQ6K{DType::Q6_K, Q8KLayout::row_bytes, convert_q8_k,
+                             interleaved_matmul<SymmetricKInterleave<Q6KLayout>>};
+constexpr FormatKernels kQ3K{DType::Q3_K, Q8KLayout::row_bytes, convert_q8_k,
+                             interleaved_matmul<SymmetricKInterleave<Q3KLayout>>};
 
 }  // namespace
 
@@ -480,8 +522,13 @@ const FormatKernels* avx2_kquant_kernels(DType weight_type) {
     case DType::Q4_K: return &kQ4K;
     case DType::Q5_K: return &kQ5K;
     case DType::Q6_K: return &kQ6K;
+    case DType::Q3_K: return &kQ3K;
     default: return nullptr;
   }
+}
+
+const FormatKernels* avx2_kquant_kernels_without_avx512(DType weight_type) {
+  return weight_type == DType::Q3_K ? &kQ3K : nullptr;
 }
 
 }  // namespace kestrel::cpu

@@ -1,0 +1,110 @@
+// AWQ (Lin et al., 2023, "AWQ: Activation-aware Weight Quantization for LLM Compression and
+// Acceleration"): before rounding, scale each input channel c of the linear layers that read one
+// input by s_c (W' = W diag(s)) and fold 1/s into whatever produced that input (a norm's weights,
+// or the rows of the previous linear layer), so the float model computes exactly what it did but
+// the channels that carry large activations are rounded on a finer relative grid. s is searched on
+// a grid, as AutoAWQ does: for ratio a in {0, 1/n, ..., (n-1)/n},
+//   s = x_mean^a / (w_mean^(1-a) + 1e-4)      (duo scaling; x_mean^a without it), s >= 1e-4,
+//   s /= sqrt(max(s) min(s)),
+// with x_mean the channel's mean |x| over the calibration tokens and w_mean its mean of |w| / (the
+// largest |w| of the weight's group); the candidate with the lowest output error
+//   sum over the group's layers of || X (Q(W diag(s)) diag(s)^-1 - W)^T ||^2
+// wins, where Q is the target format's own quantizer (importance-weighted with the imatrix
+// E[x^2] / s^2 of the scaled input when the format has a weighted quantizer). Unlike AutoAWQ, "no
+// scaling" (s = 1) is a candidate too, so the search never returns a higher output error than
+// plain rounding, and the output error is the layers' own (AutoAWQ measures q/k/v and gate/up
+// through the whole attention / MLP block).
+//
+// Then the clipping search (AutoAWQ's auto_clip): per output row and quantization group, the
+// weights are clamped to +-max|w| x (1 - i/n) for i < max_shrink x n, and the clamp with the lowest
+// output error of that group kept; the group's error d^T H_g d uses the group's block of the
+// input's second moments over ALL calibration tokens (AutoAWQ samples 512 tokens). Formats whose
+// quantizer chooses its scales over more than one group jointly (the k-quants) are not clipped.
+//
+// GQA: the output projection's input channels are the query heads' value vectors, and a kv head's
+// value rows feed n_head / n_head_kv query heads, so folding 1/s into v's rows needs s equal on
+// those heads' channels: with `tying`, x_mean and w_mean are averaged over the query heads that
+// share a kv head and the scales searched on that tied vector (AutoAWQ skips o_proj under GQA).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace kestrel::calib {
+
+struct AwqOptions {
+  int n_grid = 20;           // scale ratios 0, 1/n_grid, ..., (n_grid - 1)/n_grid; clip steps 1/n_grid
+  bool duo_scaling = true;   // s = x_mean^a / w_mean^(1-a) (AutoAWQ's default); false: x_mean^a
+  bool clip = true;          // the clipping search (formats that allow it)
+  double max_shrink = 0.5;   // clamps down to max|w| x (1 - max_shrink)
+  int fixed_grid = -1;       // >= 0: no search, ratio fixed_grid / n_grid (tests of the folding)
+};
+
+// A linear layer reading the group's input: float weights [rows][cols] (scaled and clipped in
+// place) and the type it is to be stored as.
+struct AwqLinear {
+  DType type;
+  float* w;
+  int64_t rows;
+};
+
+// The group's input statistics over the calibration tokens.
+struct AwqInput {
+  int64_t cols = 0;
+  const float* x = nullptr;          // [n][cols]: the tokens the scale search measures the error on
+  int64_t n = 0;
+  std::span<const float> abs_mean;   // [cols] mean |x_c| over every calibration token
+  std::span<const float> sq_mean;    // [cols] mean x_c^2 (the imatrix); empty: quantize unweighted
+};
+
+// Channel c = h * head_dim + d of query head h shares its scale with the other query heads of h's
+// kv head (h / (n_head / n_head_kv)). n_head == 0: every channel free.
+struct AwqTying {
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
+};
+
+struct AwqScaleResult {
+  std::vector<float> scales;   // [cols]; all 1 when no scaling won
+  int grid = -1;               // the ratio chosen (grid / n_grid); -1: no scaling
+  double loss = 0.0;           // output error of the chosen scales
+  double loss_unscaled = 0.0;  // output error of plain rounding (s = 1)
+};
+
+// Searches the scales for the linear layers reading `input` (they must share its cols; each
+// type's rows must divide into its blocks). Leaves the weights unchanged.
+AwqScaleResult awq_search_scales(std::span<const AwqLinear> linears, const AwqInput& input,
+                                 const AwqTying& tying, const AwqOptions& options, ThreadPool& pool);
+
+// W := W diag(scales) for each layer.
+void awq_scale_columns(std::span<const AwqLinear> linears, int64_t cols, std::span<const float> scales,
+                       ThreadPool& pool);
+
+// The input's second moments E[x x^T] over all tokens, only on the diagonal blocks of `group`
+// columns: [cols / group][group][group], in double.
+struct BlockMoments {
+  int64_t cols = 0, group = 0;
+  std::vector<double> blocks;
+};
+BlockMoments block_moments(const float* x, int64_t n, int64_t cols, int64_t group, ThreadPool& pool);
+
+// True when the clipping search applies to `type`: its quantizer treats each block of at most 128
+// values on its own (Kestrel's INT4 per-group formats, Q4_0, Q5_0, Q8_0, ...), not a k-quant.
+bool awq_can_clip(DType type);
+
+struct AwqClipResult {
+  int64_t groups = 0, clipped = 0;  // quantization groups, and how many got a clamp
+  double loss = 0.0, loss_unclipped = 0.0;  // summed per-group output errors
+};
+
+// Clamps each group of `linear` (already scaled by `scales`; moments of the UNSCALED input, with
+// the format's block as group) to the clamp with the lowest output error. `importance`: the
+// scaled input's imatrix, or empty.
+AwqClipResult awq_clip(const AwqLinear& linear, int64_t cols, const BlockMoments& moments,
+                       std::span<const float> scales, std::span<const float> importance,
+                       const AwqOptions& options, ThreadPool& pool);
+
+}  // namespace kestrel::calib

@@ -1,0 +1,39 @@
+// The forward pass the calibrated quantizers (GPTQ, AWQ) learn from: the calibration chunks
+// (n_ctx tokens each, BOS first when the model wants one, as perplexity cuts them) run through
+// the model as ONE batch with an ActivationObserver shown every linear layer's input of all
+// n_chunks x n_ctx tokens at once, layer by layer. No logits are computed. The price is memory:
+// the activations of all tokens are held at once (about 4 x (3 x n_embd + 2 x n_ff) bytes a token).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+#include "model/activation_observer.h"
+#include "model/model.h"
+
+namespace kestrel {
+
+struct CalibrationPass {
+  int64_t n_ctx = 512;
+  int64_t n_chunks = 128;
+  int32_t bos_token = -1;  // -1: keep each chunk's first token
+  int num_threads = 2;
+};
+
+// Throws (with both numbers) when the tokens do not hold n_chunks x n_ctx tokens. `method` names
+// the caller in the errors ("GPTQ", "AWQ").
+void run_calibration_pass(const Model& model, std::span<const int32_t> tokens, const CalibrationPass& pass,
+                          ActivationObserver& observer, const char* method);
+
+// The matrices that read the input the forward pass shows with `kind`: q, k and v share theirs
+// (shown as AttnQ, AttnK, AttnV in turn), gate and up theirs; for the kinds shown after the first
+// of a shared input (AttnK, AttnV, FfnUp) and for Output, none.
+std::vector<LinearKind> linear_readers_of(LinearKind kind);
+
+// A weight matrix [rows][cols] decoded to float, rows over the pool.
+std::vector<float> dequantize_matrix(const WeightView& view, ThreadPool& pool);
+
+}  // namespace kestrel

@@ -1,0 +1,139 @@
+// AWQ (src/calib/awq.h): the scale search and the clipping search against AutoAWQ's algorithm
+// written straight in numpy (scripts/gen_awq_reference.py: the same layers from the same integer
+// generator on both sides; the reference's chosen ratio, scales, output errors, clipped groups and
+// final bytes are committed), the block moments against a plain double loop, and the errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "calib/awq.h"
+#include "calib_layers.h"
+#include "core/error.h"
+#include "quant/format.h"
+#include "test_paths.h"
+
+namespace kestrel {
+namespace {
+
+std::string hex(const std::vector<uint8_t>& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : bytes) s += digits[b >> 4], s += digits[b & 15];
+  return s;
+}
+
+std::vector<float> abs_mean(const test::CalibLayer& l) {
+  std::vector<float> m(static_cast<size_t>(l.cols));
+  for (int64_t c = 0; c < l.cols; ++c) {
+    double sum = 0.0;
+    for (int64_t t = 0; t < l.tokens; ++t) sum += std::fabs(double(l.x[size_t(t * l.cols + c)]));
+    m[size_t(c)] = float(sum / double(l.tokens));
+  }
+  return m;
+}
+
+TEST(Awq, MatchesTheNumpyReference) {
+  const auto ref = nlohmann::json::parse(test::read_file(test::test_data_path("awq/reference.json")));
+  const int64_t cols = ref["cols"], tokens = ref["tokens"];
+  ThreadPool pool(2);
+  for (const auto& c : ref["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    int64_t total_rows = 0;
+    for (const auto& l : c["layers"]) total_rows += l["rows"].get<int64_t>();
+    test::CalibLayer layer = test::make_calib_layer(c["seed"].get<uint64_t>(), total_rows, cols, tokens, {});
+    std::vector<calib::AwqLinear> linears;
+    int64_t r0 = 0;
+    for (const auto& l : c["layers"]) {
+      const DType type = *dtype_from_name(l["type"].get<std::string>());
+      linears.push_back({type, layer.w.data() + r0 * cols, l["rows"].get<int64_t>()});
+      r0 += l["rows"].get<int64_t>();
+    }
+    const std::vector<float> mean = abs_mean(layer);
+    const calib::AwqInput input{cols, layer.x.data(), tokens, mean, {}};
+    calib::AwqTying tying;
+    if (!c["tying"].is_null()) tying = {c["tying"][0], c["tying"][1], c["tying"][2]};
+    calib::AwqOptions options;
+    options.duo_scaling = c["duo_scaling"];
+    const calib::AwqScaleResult result = calib::awq_search_scales(linears, input, tying, options, pool);
+
+    EXPECT_EQ(result.grid, c["grid"].get<int>());
+    ASSERT_EQ(result.scales.size(), c["scales"].size());
+    for (size_t i = 0; i < result.scales.size(); ++i) {
+      EXPECT_NEAR(result.scales[i], c["scales"][i].get<double>(), 1e-6 * std::fabs(c["scales"][i].get<double>()))
+          << "channel " << i;
+    }
+    // The output errors: the reference multiplies in double, Kestrel in float.
+    EXPECT_NEAR(result.loss, c["loss"].get<double>(), 1e-4 * c["loss"].get<double>());
+    EXPECT_NEAR(result.loss_unscaled, c["loss_unscaled"].get<double>(), 1e-4 * c["loss_unscaled"].get<double>());
+    EXPECT_LT(result.loss, 0.95 * result.loss_unscaled);  // the channels 8x larger make scaling pay
+
+    calib::awq_scale_columns(linears, cols, result.scales, pool);
+    int64_t clipped = 0;
+    for (size_t i = 0; i < linears.size(); ++i) {
+      if (!c["layers"][i]["clip"].get<bool>()) continue;
+      const quant::WeightFormat& f = quant::require_format(linears[i].type);
+      const calib::BlockMoments m = calib::block_moments(layer.x.data(), tokens, cols, f.block_size, pool);
+      const calib::AwqClipResult clip = calib::awq_clip(linears[i], cols, m, result.scales, {}, options, pool);
+      EXPECT_LT(clip.loss, clip.loss_unclipped);
+      EXPECT_EQ(clip.groups, linears[i].rows * cols / f.block_size);
+      clipped += clip.clipped;
+    }
+    EXPECT_EQ(clipped, c["clipped"].get<int64_t>());
+    for (size_t i = 0; i < linears.size(); ++i) {
+      const quant::WeightFormat& f = quant::require_format(linears[i].type);
+      std::vector<uint8_t> bytes(static_cast<size_t>(linears[i].rows * quant::row_bytes(f, cols)));
+      for (int64_t r = 0; r < linears[i].rows; ++r) {
+        f.quantize_row(linears[i].w + r * cols, bytes.data() + r * quant::row_bytes(f, cols), cols);
+      }
+      EXPECT_EQ(hex(bytes), c["encoded"][i].get<std::string>()) << "layer " << i;
+    }
+  }
+}
+
+TEST(Awq, BlockMomentsAreTheGroupsSecondMoments) {
+  const test::CalibLayer l = test::make_calib_layer(17, 1, 96, 5000, {});
+  ThreadPool pool(2);
+  const calib::BlockMoments m = calib::block_moments(l.x.data(), l.tokens, l.cols, 32, pool);
+  ASSERT_EQ(m.blocks.size(), size_t(96 * 32));
+  for (int64_t b = 0; b < 3; ++b) {
+    for (int64_t i = 0; i < 32; ++i) {
+      for (int64_t j = 0; j < 32; ++j) {
+        double sum = 0.0;
+        for (int64_t t = 0; t < l.tokens; ++t) {
+          sum += double(l.x[size_t(t * 96 + b * 32 + i)]) * double(l.x[size_t(t * 96 + b * 32 + j)]);
+        }
+        const double want = sum / double(l.tokens);
+        EXPECT_NEAR(m.blocks[size_t((b * 32 + i) * 32 + j)], want, 1e-5 * (std::fabs(want) + 1.0));
+      }
+    }
+  }
+  EXPECT_THROW(calib::block_moments(l.x.data(), l.tokens, l.cols, 64, pool), Error);
+}
+
+TEST(Awq, ClipsOnlyFormatsThatQuantizeEachGroupAlone) {
+  EXPECT_TRUE(calib::awq_can_clip(DType::INT4_ASYM_G128));
+  EXPECT_TRUE(calib::awq_can_clip(DType::Q4_0));
+  EXPECT_FALSE(calib::awq_can_clip(DType::Q4_K));   // d and dmin shared by 8 groups
+  EXPECT_FALSE(calib::awq_can_clip(DType::INT8_PC));  // one scale per row
+  EXPECT_FALSE(calib::awq_can_clip(DType::F16));
+}
+
+TEST(Awq, RejectsMismatchedHeadTying) {
+  test::CalibLayer l = test::make_calib_layer(5, 4, 64, 16, {});
+  ThreadPool pool(1);
+  const std::vector<float> mean = abs_mean(l);
+  const calib::AwqLinear linear{DType::INT4_ASYM_G32, l.w.data(), 4};
+  const calib::AwqInput input{64, l.x.data(), 16, mean, {}};
+  // 3 query heads cannot share 2 kv heads; 4 x 8 channels are not 64.
+  EXPECT_THROW(calib::awq_search_scales({&linear, 1}, input, {3, 2, 8}, {}, pool), Error);
+  EXPECT_THROW(calib::awq_search_scales({&linear, 1}, input, {4, 2, 8}, {}, pool), Error);
+  EXPECT_NO_THROW(calib::awq_search_scales({&linear, 1}, input, {8, 2, 8}, {}, pool));
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -228,8 +228,9 @@ TEST(AwqStories260K, DivergesLessThanRoundToNearestAndWritesWhatItEncoded) {
   const auto model = Model::load(kStories);
   AwqCalibrationOptions options;
   options.pass.n_ctx = 128;
-  options.pass.n_chunks = 48;
+  options.pass.n_chunks = 32;
   options.pass.bos_token = 1;
+  options.search_tokens = 1024;  // of the 4,096 (test time; the default is 2,048)
   std::vector<AwqGroupReport> reports;
   const auto encoded = awq_quantize_model(*model, calibration_tokens(*model), awq_targets(*model, recipe()), options,
                                           [&](const AwqGroupReport& r) { reports.push_back(r); });
@@ -258,7 +259,9 @@ TEST(AwqStories260K, DivergesLessThanRoundToNearestAndWritesWhatItEncoded) {
     EXPECT_EQ(std::vector<uint8_t>(t.data, t.data + t.num_bytes), it->second.bytes) << t.name;
   }
   const KlDivergence awq = divergence_from_f32(awq_path), rtn = divergence_from_f32(rtn_path);
-  // Measured: mean KLD AWQ 0.045 vs RTN 0.057 (0.80x).
+  // Measured: mean KLD AWQ 0.044 vs RTN 0.057 (0.78x).
+  RecordProperty("kld_awq", std::to_string(awq.mean));
+  RecordProperty("kld_rtn", std::to_string(rtn.mean));
   EXPECT_LT(awq.mean, 0.9 * rtn.mean) << "AWQ " << awq.mean << " RTN " << rtn.mean;
   EXPECT_GT(awq.top1_agreement, rtn.top1_agreement);
 }

@@ -253,6 +253,26 @@ int neighbour_codes(float value, float unit, int lo, int hi, int codes[2]) {
   return above == below ? 1 : 2;
 }
 
+// The code c in [lo, hi] (one of the two around scale / d) whose grid step d * c gives sub-block x
+// the lower error; the levels (q + H) of that grid go to `levels`.
+template <int N, bool Weighted, int H>
+int best_symmetric_code(const float* x, float scale, float d, int lo, int hi, uint8_t* levels, const float* w) {
+  int codes[2];
+  const int n_codes = neighbour_codes(scale, d, lo, hi, codes);
+  float best = INFINITY;
+  int chosen = codes[0];
+  for (int c = 0; c < n_codes; ++c) {
+    uint8_t trial[N];
+    const float error = assign_symmetric<N, Weighted, H>(x, d * float(codes[c]), trial, w);
+    if (error < best) {
+      best = error;
+      chosen = codes[c];
+      std::memcpy(levels, trial, N);
+    }
+  }
+  return chosen;
+}
+
 // Packs the eight 6-bit scales and mins of a Q4_K/Q5_K block (inverse of kquant_scale_min).
 void pack_scale_min(const uint8_t scale[8], const uint8_t min[8], uint8_t* packed) {
   for (int j = 0; j < 4; ++j) {
@@ -370,20 +390,9 @@ void quantize_row_q6_K_impl(const float* src, void* dst, int64_t n, const float*
 
     uint8_t levels[kQK_K];  // q + 32, in [0, 63]
     for (int j = 0; j < kQK_K / kSub; ++j) {
-      const float* xs = x + j * kSub;
-      int codes[2];
-      const int n_codes = neighbour_codes(scales[j], d, -128, 127, codes);
-      float best = INFINITY;
-      for (int c = 0; c < n_codes; ++c) {
-        uint8_t trial[kSub];
-        const float error = assign_symmetric<kSub, Weighted>(xs, d * float(codes[c]), trial,
-                                                             Weighted ? importance + b * kQK_K + j * kSub : nullptr);
-        if (error < best) {
-          best = error;
-          block.scales[j] = int8_t(codes[c]);
-          std::memcpy(levels + j * kSub, trial, kSub);
-        }
-      }
+      block.scales[j] = int8_t(best_symmetric_code<kSub, Weighted, 32>(
+          x + j * kSub, scales[j], d, -128, 127, levels + j * kSub,
+          Weighted ? importance + b * kQK_K + j * kSub : nullptr));
     }
     // Each 128-value half: ql byte l holds values l and l + 64 (low 4 bits), byte l + 32 holds
     // values l + 32 and l + 96; qh byte l holds the top 2 bits of values l, l + 32, l + 64, l + 96.
@@ -404,7 +413,7 @@ void quantize_row_q6_K_impl(const float* src, void* dst, int64_t n, const float*
 // Q3_K: as Q6_K with levels in [-4, 3] and 6-bit signed sub-block scales: the sub-block scale of
 // largest magnitude takes code -32, so d = that scale / -32 and every other scale lies within
 // [-32, 32] d (codes clamped to 31 above).
-template <bool Weighted>
+// importance: the imatrix, or null.
 void quantize_row_q3_K_impl(const float* src, void* dst, int64_t n, const float* importance) {
   constexpr int kSub = 16;
   BlockQ3_K* blocks = static_cast<BlockQ3_K*>(dst);
@@ -416,20 +425,18 @@ void quantize_row_q3_K_impl(const float* src, void* dst, int64_t n, const float*
     // plain squared error but keeps large weights closer: on Qwen2.5-Coder-1.5B's Q3_K_M, KLD
     // 0.095 with uniform weights vs 0.078 for llama.cpp's file.
     float w[kQK_K];
-    if constexpr (Weighted) {
-      if (importance == nullptr) {
-        for (int i = 0; i < kQK_K; ++i) w[i] = x[i] * x[i];
-      } else {
-        float sum_xx = 0.0f;
-        for (int i = 0; i < kQK_K; ++i) sum_xx += x[i] * x[i];
-        const float sigma2 = 2.0f * sum_xx / float(kQK_K);
-        for (int i = 0; i < kQK_K; ++i) w[i] = importance[b * kQK_K + i] * std::sqrt(sigma2 + x[i] * x[i]);
-      }
+    if (importance == nullptr) {
+      for (int i = 0; i < kQK_K; ++i) w[i] = x[i] * x[i];
+    } else {
+      float sum_xx = 0.0f;
+      for (int i = 0; i < kQK_K; ++i) sum_xx += x[i] * x[i];
+      const float sigma2 = 2.0f * sum_xx / float(kQK_K);
+      for (int i = 0; i < kQK_K; ++i) w[i] = importance[b * kQK_K + i] * std::sqrt(sigma2 + x[i] * x[i]);
     }
     float scales[kQK_K / kSub];
     float extreme = 0.0f;
     for (int j = 0; j < kQK_K / kSub; ++j) {
-      scales[j] = search_symmetric<kSub, Weighted, 4>(x + j * kSub, Weighted ? w + j * kSub : nullptr);
+      scales[j] = search_symmetric<kSub, true, 4>(x + j * kSub, w + j * kSub);
       if (std::fabs(scales[j]) > std::fabs(extreme)) extreme = scales[j];
     }
     block.d = float_to_fp16(extreme / -32.0f);
@@ -438,21 +445,8 @@ void quantize_row_q3_K_impl(const float* src, void* dst, int64_t n, const float*
     uint8_t levels[kQK_K];  // q + 4, in [0, 7]
     std::memset(block.scales, 0, sizeof block.scales);
     for (int j = 0; j < kQK_K / kSub; ++j) {
-      const float* xs = x + j * kSub;
-      int codes[2];
-      const int n_codes = neighbour_codes(scales[j], d, -32, 31, codes);
-      float best = INFINITY;
-      int chosen = 32;
-      for (int c = 0; c < n_codes; ++c) {
-        uint8_t trial[kSub];
-        const float error = assign_symmetric<kSub, Weighted, 4>(xs, d * float(codes[c]), trial,
-                                                                Weighted ? w + j * kSub : nullptr);
-        if (error < best) {
-          best = error;
-          chosen = codes[c] + 32;
-          std::memcpy(levels + j * kSub, trial, kSub);
-        }
-      }
+      const int chosen = best_symmetric_code<kSub, true, 4>(x + j * kSub, scales[j], d, -32, 31, levels + j * kSub,
+                                                            w + j * kSub) + 32;
       block.scales[j % 8] |= uint8_t((chosen & 0x0f) << (j < 8 ? 0 : 4));
       block.scales[8 + j % 4] |= uint8_t((chosen >> 4) << (2 * (j / 4)));
     }
@@ -471,7 +465,7 @@ void quantize_row_q3_K_impl(const float* src, void* dst, int64_t n, const float*
 void quantize_row_q4_K(const float* src, void* dst, int64_t n) { quantize_row_q4_K_impl<false>(src, dst, n, nullptr); }
 void quantize_row_q5_K(const float* src, void* dst, int64_t n) { quantize_row_q5_K_impl<false>(src, dst, n, nullptr); }
 void quantize_row_q6_K(const float* src, void* dst, int64_t n) { quantize_row_q6_K_impl<false>(src, dst, n, nullptr); }
-void quantize_row_q3_K(const float* src, void* dst, int64_t n) { quantize_row_q3_K_impl<true>(src, dst, n, nullptr); }
+void quantize_row_q3_K(const float* src, void* dst, int64_t n) { quantize_row_q3_K_impl(src, dst, n, nullptr); }
 void quantize_row_q4_K_weighted(const float* src, void* dst, int64_t n, const float* importance) {
   quantize_row_q4_K_impl<true>(src, dst, n, importance);
 }
@@ -482,7 +476,7 @@ void quantize_row_q6_K_weighted(const float* src, void* dst, int64_t n, const fl
   quantize_row_q6_K_impl<true>(src, dst, n, importance);
 }
 void quantize_row_q3_K_weighted(const float* src, void* dst, int64_t n, const float* importance) {
-  quantize_row_q3_K_impl<true>(src, dst, n, importance);
+  quantize_row_q3_K_impl(src, dst, n, importance);
 }
 
 }  // namespace kestrel::quant::ref

@@ -452,11 +452,13 @@ struct SymmetricKInterleave : KquantInterleaveSteps {
   using Block = Interleaved4Q6Block;
   static void interleave(const uint8_t* w, int64_t w_stride, int64_t s, int64_t /*k*/, Block& out) {
     const uint8_t* p[4];
+    __m128i scales8[4];  // [row]: its 16 group scales as int8
     alignas(16) float d[4];
     for (int r = 0; r < 4; ++r) {
       p[r] = w + r * w_stride + s * Kernel::kBlockBytes;
       d[r] = Kernel::block_d(p[r]);
-      out.scales16[r] = Kernel::group_scales(p[r]);
+      scales8[r] = Layout::scales_i8(p[r]);  // decoded once (Q3_K packs them in 6 bits)
+      out.scales16[r] = _mm256_cvtepi8_epi16(scales8[r]);
     }
     for (int h = 0; h < 2; ++h) {
       __m256i levels[4][4];  // [row][q]
@@ -468,8 +470,8 @@ struct SymmetricKInterleave : KquantInterleaveSteps {
     }
     // Group scale G of rows 0 and 2 (from `even`: row 0 | row 2) into the high byte of int16 lanes
     // 0-3 of each half, of rows 1 and 3 (`odd`) into lanes 4-7; an arithmetic shift sign-extends.
-    const __m256i even = _mm256_set_m128i(Layout::scales_i8(p[2]), Layout::scales_i8(p[0]));
-    const __m256i odd = _mm256_set_m128i(Layout::scales_i8(p[3]), Layout::scales_i8(p[1]));
+    const __m256i even = _mm256_set_m128i(scales8[2], scales8[0]);
+    const __m256i odd = _mm256_set_m128i(scales8[3], scales8[1]);
     const __m256i first = _mm256_setr_epi8(-128, 0, -128, 0, -128, 0, -128, 0, -128, -128, -128, -128, -128, -128, -128, -128,
                                            -128, 0, -128, 0, -128, 0, -128, 0, -128, -128, -128, -128, -128, -128, -128, -128);
     const __m256i second = _mm256_setr_epi8(-128, -128, -128, -128, -128, -128, -128, -128, -128, 0, -128, 0, -128, 0, -128, 0,

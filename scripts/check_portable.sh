@@ -4,7 +4,8 @@
 # x86 intrinsic or header leaks into code that must build on ARM (Apple silicon, ARM servers).
 # Objects are compiled (-O0, warnings as for the x86 build) and thrown away; nothing is linked,
 # since the libraries' aarch64 builds are not installed. The header-only libraries come from the
-# host's /usr/include (and /usr/include/eigen3), searched after the cross compiler's own headers.
+# host's /usr/include (and /usr/include/eigen3), searched after the cross compiler's own headers;
+# xgrammar's headers from its unpacked source package (scripts/fetch_xgrammar.sh).
 #   scripts/check_portable.sh [JOBS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,11 +15,12 @@ if ! command -v "$cxx" > /dev/null; then
   exit 1
 fi
 jobs=${1:-2}
+xgrammar=$(scripts/fetch_xgrammar.sh)  # structured output's grammar engine: its headers
 mapfile -t files < <(find src tools -name '*.cpp' ! -name '*_avx2.cpp' ! -name '*_avx512.cpp' | sort)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 printf '%s\n' "${files[@]}" | xargs -P "$jobs" -I{} sh -c \
-  "$cxx -std=c++20 -O0 -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration -Isrc -idirafter /usr/include -idirafter /usr/include/eigen3 -c {} -o /dev/null || echo 'FAILED {}'" \
+  "$cxx -std=c++20 -O0 -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration -Isrc -Icmake/xgrammar -isystem $xgrammar/include -isystem $xgrammar/3rdparty/dlpack/include -idirafter /usr/include -idirafter /usr/include/eigen3 -c {} -o /dev/null || echo 'FAILED {}'" \
   > "$log" 2>&1 || true
 if grep -q '^FAILED ' "$log"; then
   cat "$log" >&2

@@ -39,3 +39,6 @@ if [ -f requirements-test.txt ]; then
     echo "$want" > "$stamp"
   fi
 fi
+
+# xgrammar's C++ sources (structured output's grammar engine), pinned, from PyPI.
+scripts/fetch_xgrammar.sh > /dev/null

@@ -20,6 +20,7 @@
 #include "server/api_error.h"
 #include "server/completion_run.h"
 #include "server/openai_response.h"
+#include "grammar_options.h"
 #include "server_options.h"
 #include "tokenizer/tokenizer.h"
 
@@ -34,6 +35,7 @@ struct BatchOptions {
   std::string output;
   std::string chat_template;
   EngineOptions engine;
+  GrammarOptions grammar;  // a constraint for the requests that bring none
 };
 
 struct Job {
@@ -82,6 +84,7 @@ void batch(const BatchOptions& o) {
   AsyncEngine engine(*model, *tokenizer, config);
   const std::string model_name = std::filesystem::path(o.model).stem().string();
 
+  const std::optional<grammar::Constraint> default_constraint = make_constraint(o.grammar);
   std::vector<Job> jobs;
   std::string text;
   size_t line_number = 0;
@@ -105,6 +108,12 @@ void batch(const BatchOptions& o) {
           url == "/v1/chat/completions"
               ? server::parse_chat_request(body, *tokenizer, chat_template ? &*chat_template : nullptr)
               : server::parse_completion_request(body, *tokenizer));
+      // The command line's constraint applies to requests that bring none of their own.
+      if (default_constraint && !job.request->structured.constraint) {
+        job.request->structured.constraint = default_constraint;
+        job.request->structured.constraint_param = "--json-schema/--grammar/--regex";
+      }
+      server::prepare_constraint(engine, *job.request, /*json_any_whitespace=*/true);
       job.run = std::make_unique<server::CompletionRun>(engine, *job.request);
       job.choices.resize(size_t(job.run->num_choices()));
     } catch (const server::ApiError& e) {
@@ -158,6 +167,7 @@ void register_batch(CLI::App& app) {
   cmd->add_option("-o,--output", options->output, "results, one JSON object per line")->required();
   cmd->add_option("--chat-template", options->chat_template, "built-in chat template name");
   add_engine_options(*cmd, options->engine);
+  add_grammar_options(*cmd, options->grammar);
   cmd->callback([options] { batch(*options); });
 }
 

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/kv_capacity.h"
+#include "grammar_options.h"
 #include "kv_options.h"
 #include "server_options.h"
 #include "sampling_options.h"
@@ -29,6 +30,8 @@ struct RunOptions {
   SamplingOptions sampling;
   KvOptions kv;
   SpecOptions spec;
+  GrammarOptions grammar;
+  bool no_jump_forward = false;
   bool ignore_eos = false;
   bool timings = false;
 };
@@ -50,6 +53,7 @@ void run(const RunOptions& o) {
                                                                      config.max_num_batched_tokens)
                                           : (config.max_model_len + bs - 1) / bs;
   config.max_num_seqs = 1;
+  config.grammar_jump_forward = !o.no_jump_forward;
   std::unique_ptr<Model> draft;
   apply_spec_options(o.spec, *model, draft, config);
   LLMEngine engine(*model, config, tokenizer->stop_token_ids());
@@ -59,6 +63,12 @@ void run(const RunOptions& o) {
   spec.max_tokens = o.n_predict;
   spec.ignore_eos = o.ignore_eos;
   spec.sampling = make_sampling_params(o.sampling);
+  std::unique_ptr<grammar::GrammarCompiler> grammar_compiler;
+  if (const auto constraint = make_constraint(o.grammar)) {
+    grammar_compiler = std::make_unique<grammar::GrammarCompiler>(*tokenizer, model->config().n_vocab,
+                                                                  tokenizer->stop_token_ids());
+    spec.grammar = grammar_compiler->compile(*constraint);
+  }
   engine.add_request(spec);
 
   StreamingDetokenizer detokenizer(*tokenizer);
@@ -126,6 +136,9 @@ void register_run(CLI::App& app) {
   add_sampling_options(*cmd, options->sampling);
   add_kv_options(*cmd, options->kv);
   add_spec_options(*cmd, options->spec);
+  add_grammar_options(*cmd, options->grammar);
+  cmd->add_flag("--no-jump-forward", options->no_jump_forward,
+                "do not verify the tokens the grammar forces as drafts (one pass for several tokens)");
   cmd->add_flag("--ignore-eos", options->ignore_eos, "keep generating after end-of-text");
   cmd->add_flag("--timings", options->timings, "also print the median, p99 and max time between tokens");
   cmd->callback([options] { run(*options); });

@@ -90,6 +90,8 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-queue", options->max_queue, "queued requests beyond which new ones get 503")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-body-bytes", options->http.max_body_bytes, "larger request bodies get 413");
+  cmd->add_flag_function("--compact-json", [o = options.get()](int64_t) { o->http.json_any_whitespace = false; },
+                "structured output's JSON without free whitespace (vLLM's disable_any_whitespace; a request can still ask)");
   cmd->add_option("--http-threads", options->http.http_threads, "connections served at once")
       ->check(CLI::Range(2, 4096));
   add_engine_options(*cmd, options->engine);

@@ -21,6 +21,8 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--scheduler", o.scheduler, "continuous (default) or static (whole batches, for comparison)")
       ->check(CLI::IsMember({"continuous", "static"}));
   cmd.add_flag("--no-prefix-caching", o.no_prefix_caching, "do not reuse KV blocks of shared prefixes");
+  cmd.add_flag("--no-jump-forward", o.no_jump_forward,
+               "structured output: do not verify the tokens a grammar forces as drafts (one pass for several tokens)");
   // Sliding-window layers normally free the blocks that leave the window, and the prefix cache
   // then stays off (a hit would need those blocks). Keeping them trades KV memory for reuse.
   cmd.add_flag("--keep-window-blocks", o.keep_window_blocks,
@@ -49,6 +51,7 @@ EngineConfig make_engine_config(const EngineOptions& o, const Model& model) {
   c.max_num_batched_tokens = o.max_num_batched_tokens;
   c.policy = o.scheduler == "static" ? SchedulingPolicy::Static : SchedulingPolicy::Continuous;
   c.enable_prefix_caching = !o.no_prefix_caching;
+  c.grammar_jump_forward = !o.no_jump_forward;
   c.free_out_of_window_blocks = !o.keep_window_blocks;
   return c;
 }

@@ -21,6 +21,7 @@ struct EngineOptions {
   std::string scheduler = "continuous";
   bool no_prefix_caching = false;
   bool keep_window_blocks = false;
+  bool no_jump_forward = false;
   SpecOptions spec;  // applied by apply_spec_options (it loads the draft model)
 };
 

@@ -24,6 +24,7 @@ void RequestStream::push(GenerationEvent event) {
 
 AsyncEngine::AsyncEngine(const Model& model, const Tokenizer& tokenizer, const AsyncEngineConfig& config)
     : tokenizer_(tokenizer),
+      n_vocab_(model.config().n_vocab),
       engine_(model, config.engine, tokenizer.stop_token_ids()),
       max_model_len_(engine_.max_model_len()),
       max_request_tokens_(engine_.max_request_tokens()),
@@ -44,6 +45,13 @@ AsyncEngine::~AsyncEngine() {
   thread_.join();
 }
 
+std::shared_ptr<const grammar::CompiledGrammar> AsyncEngine::compile_grammar(const grammar::Constraint& constraint) {
+  std::call_once(grammar_once_, [this] {
+    grammar_compiler_ = std::make_unique<grammar::GrammarCompiler>(tokenizer_, n_vocab_, tokenizer_.stop_token_ids());
+  });
+  return grammar_compiler_->compile(constraint);
+}
+
 std::shared_ptr<RequestStream> AsyncEngine::submit(const GenerateRequest& request) {
   // The capacity check reads only the immutable limits, so it is safe from any thread.
   const std::string problem =
@@ -51,6 +59,9 @@ std::shared_ptr<RequestStream> AsyncEngine::submit(const GenerateRequest& reques
   if (!problem.empty()) {
     metrics_.update([](MetricsSnapshot& m) { ++m.requests_rejected; });
     throw RequestRejected(RejectReason::Invalid, problem);
+  }
+  if (request.grammar && request.ignore_eos) {
+    throw RequestRejected(RejectReason::Invalid, "ignore_eos cannot be combined with structured output");
   }
   for (TokenId t : request.prompt) {
     if (t < 0 || t >= tokenizer_.vocab_size()) {
@@ -73,6 +84,7 @@ std::shared_ptr<RequestStream> AsyncEngine::submit(const GenerateRequest& reques
   pending.spec.priority = request.priority;
   pending.spec.ignore_eos = request.ignore_eos;
   pending.spec.prefix_source = request.prefix_source;
+  pending.spec.grammar = request.grammar;
   pending.stop = request.stop;
   pending.stream = std::make_shared<RequestStream>(pending.spec.id);
   pending.arrival = Clock::now();
@@ -180,6 +192,7 @@ void AsyncEngine::process(const std::vector<RequestOutput>& outputs) {
       finish(out.id, active, std::move(event), FinishReason::Stop);
     } else if (out.finished) {
       event.text += active.text.finish();
+      event.error = out.error;
       finish(out.id, active, std::move(event), out.finish_reason);
     } else {
       active.stream->push(std::move(event));

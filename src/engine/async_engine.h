@@ -68,6 +68,7 @@ struct GenerateRequest {
   int priority = 0;
   bool ignore_eos = false;
   RequestId prefix_source = 0;  // see RequestSpec
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;  // structured output (compile_grammar)
 };
 
 enum class RejectReason { Invalid, QueueFull };
@@ -112,6 +113,10 @@ class AsyncEngine {
   // Whether the engine speculates (fixed at construction).
   bool speculative() const { return speculative_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
+  // Compiles a structured-output constraint for this model (thread-safe; compiled grammars are
+  // cached). The grammar compiler is built on first use: it indexes the whole vocabulary.
+  // Throws kestrel::Error for a constraint that cannot be compiled.
+  std::shared_ptr<const grammar::CompiledGrammar> compile_grammar(const grammar::Constraint& constraint);
   // Blocks until no request is queued or running (for tests and the batch runner).
   void wait_idle();
 
@@ -143,6 +148,9 @@ class AsyncEngine {
   void publish_gauges();
 
   const Tokenizer& tokenizer_;
+  int32_t n_vocab_;
+  std::once_flag grammar_once_;
+  std::unique_ptr<grammar::GrammarCompiler> grammar_compiler_;
   LLMEngine engine_;
   int64_t max_model_len_;
   int64_t max_request_tokens_;

@@ -29,7 +29,9 @@ LLMEngine::LLMEngine(const Model& model, const EngineConfig& config, std::vector
       runner_config_(make_runner_config(model, target_share_of_kv_budget(model, config), &kv_capacity_)),
       kv_(make_kv_groups(model, runner_config_, config), config.block_size, config.enable_prefix_caching),
       runner_(model, runner_config_),
-      scheduler_(make_scheduler_config(model, config), kv_) {
+      scheduler_(make_scheduler_config(model, config), kv_),
+      jump_forward_(config.grammar_jump_forward),
+      max_forced_tokens_(config.grammar_max_forced_tokens) {
   if (config.spec.enabled()) {
     speculator_ = std::make_unique<Speculator>(config.spec, model, config, runner_, kv_, kv_capacity_.tokens);
   }
@@ -68,8 +70,18 @@ RequestId LLMEngine::add_request(RequestSpec spec) {
   const RequestId id = request->id;
   const std::string invalid = spec.sampling.validate();
   if (!invalid.empty()) fail("request rejected: {}", invalid);
+  if (spec.grammar && spec.ignore_eos) {
+    fail("request rejected: ignore_eos cannot be combined with a grammar (nothing may follow a complete output)");
+  }
+  const size_t prompt_length = request->tokens.size();
   scheduler_.add_request(std::move(request));
-  states_.emplace(id, RequestState{Sampler(spec.sampling), spec.speculate});
+  RequestState state{Sampler(spec.sampling), spec.speculate};
+  if (spec.grammar) {
+    auto mask = std::make_unique<grammar::GrammarMaskProcessor>(spec.grammar, prompt_length);
+    state.grammar = mask.get();
+    state.sampler.chain().add(std::move(mask));
+  }
+  states_.emplace(id, std::move(state));
   return id;
 }
 
@@ -93,15 +105,32 @@ std::vector<TokenId> LLMEngine::produce(const ScheduledRequest& s, std::span<flo
     samples->push_back(sampler.sample(rows, s.request->tokens));
     return {samples->back().token};
   }
-  std::span<const TokenDistribution> dists = speculator_->draft_dists(s.request->id);
+  // Without a speculator the drafts are a grammar's forced tokens (one-hot).
+  std::span<const TokenDistribution> dists;
+  if (speculator_) dists = speculator_->draft_dists(s.request->id);
   if (!dists.empty()) dists = dists.first(size_t(s.num_draft_tokens));
   const std::vector<TokenId> produced = verify_drafts(sampler, rows, s.request->tokens, s.request->draft_tokens, dists, samples);
-  speculator_->record(s.request->id, int(s.num_draft_tokens), int(produced.size()) - 1);
+  if (speculator_) speculator_->record(s.request->id, int(s.num_draft_tokens), int(produced.size()) - 1);
   return produced;
+}
+
+void LLMEngine::attach_forced_drafts() {
+  for (Request* r : scheduler_.running()) {
+    r->draft_tokens.clear();
+    if (r->num_tokens() - r->num_computed_tokens != 1) continue;  // not decoding
+    RequestState& state = states_.at(r->id);
+    if (state.grammar == nullptr || !state.speculate) continue;
+    const int64_t cap = std::min<int64_t>(max_forced_tokens_, scheduler_.draft_limit(*r));
+    if (cap <= 0) continue;
+    std::vector<TokenId> forced = state.grammar->forced_tokens(r->tokens);
+    if (int64_t(forced.size()) > cap) forced.resize(size_t(cap));
+    r->draft_tokens = std::move(forced);
+  }
 }
 
 std::vector<RequestOutput> LLMEngine::step() {
   std::vector<RequestOutput> outputs;
+  if (!speculator_ && jump_forward_) attach_forced_drafts();
   if (speculator_) {
     speculator_->attach_drafts(scheduler_, [this](RequestId id) -> Sampler* {
       RequestState& state = states_.at(id);
@@ -146,6 +175,7 @@ std::vector<RequestOutput> LLMEngine::step() {
   std::vector<std::vector<TokenId>> produced(plan.scheduled.size());
   std::vector<std::vector<SampleResult>> results(plan.scheduled.size());
   std::vector<int64_t> tokens_before(plan.scheduled.size());
+  std::vector<std::string> errors(plan.scheduled.size());
   size_t row = 0;
   for (size_t i = 0; i < plan.scheduled.size(); ++i) {
     const ScheduledRequest& s = plan.scheduled[i];
@@ -153,6 +183,12 @@ std::vector<RequestOutput> LLMEngine::step() {
     if (!s.samples()) continue;
     produced[i] = produce(s, logits.subspan(row * n_vocab, size_t(s.num_logits) * n_vocab), &results[i]);
     row += size_t(s.num_logits);
+    // A grammar dead end let only a stop token through: the request ends, as an error.
+    const grammar::GrammarMaskProcessor* g = states_.at(s.request->id).grammar;
+    if (g != nullptr && g->at_dead_end() && s.request->is_stop_token(produced[i].back())) {
+      errors[i] = fmt::format("the output constraint allows no token after {} output tokens (a dead end of the grammar for this vocabulary)",
+                              s.request->num_output_tokens() + int64_t(produced[i].size()) - 1);
+    }
   }
   scheduler_.update_from_output(plan, produced);
 
@@ -172,6 +208,10 @@ std::vector<RequestOutput> LLMEngine::step() {
     out.num_accepted_tokens = s.request->num_accepted_tokens;
     out.finished = s.request->finished();
     out.finish_reason = s.request->finish_reason;
+    if (!errors[i].empty()) {
+      out.finish_reason = FinishReason::Error;
+      out.error = std::move(errors[i]);
+    }
     outputs.push_back(std::move(out));
   }
   for (const auto& request : scheduler_.take_finished()) {

@@ -11,6 +11,8 @@
 #include "engine/engine_config.h"
 #include "engine/kv_capacity.h"
 #include "engine/speculator.h"
+#include "grammar/grammar_compiler.h"
+#include "grammar/grammar_matcher.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
 #include "runner/model_runner.h"
@@ -28,6 +30,9 @@ struct RequestSpec {
   bool ignore_eos = false;
   RequestId prefix_source = 0;  // a sibling with the same prompt (n > 1): share its prompt blocks
   bool speculate = true;        // drafts when the engine speculates (false: plain decoding)
+  // Structured output: the output must match this grammar (grammar::GrammarCompiler::compile);
+  // null: unconstrained. Its token mask runs in the request's processor chain.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 // What one step produced for one request.
@@ -38,6 +43,7 @@ struct RequestOutput {
   std::vector<SampleResult> new_tokens;
   bool finished = false;
   FinishReason finish_reason = FinishReason::None;
+  std::string error;  // FinishReason::Error: why (e.g. the request's grammar reached a dead end)
   int64_t num_prompt_tokens = 0;
   int64_t num_output_tokens = 0;
   int64_t num_cached_tokens = 0;  // prompt tokens whose K/V came from the prefix cache
@@ -86,7 +92,10 @@ class LLMEngine {
   struct RequestState {
     Sampler sampler;
     bool speculate = true;
+    grammar::GrammarMaskProcessor* grammar = nullptr;  // in the sampler's chain, if any
   };
+  // Jump-forward: the grammar-forced tokens of decoding requests as one-hot drafts.
+  void attach_forced_drafts();
   // Logits rows [num_logits][n_vocab] of one scheduled request -> the tokens it produced.
   std::vector<TokenId> produce(const ScheduledRequest& s, std::span<float> rows, std::vector<SampleResult>* samples);
 
@@ -101,6 +110,8 @@ class LLMEngine {
   std::unique_ptr<Speculator> speculator_;
   RequestId next_id_ = 1;
   StepStats last_step_;
+  bool jump_forward_;
+  int max_forced_tokens_;
 };
 
 }  // namespace kestrel

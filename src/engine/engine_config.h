@@ -27,6 +27,11 @@ struct EngineConfig {
   // max_model_len with bounded memory. -1: off (a sequence ends at max_model_len).
   int attention_sinks = -1;
   int64_t max_model_len = 0;                 // 0: the model's training context
+  // Structured output's jump-forward: the tokens a request's grammar forces next are attached as
+  // one-hot drafts and verified in one forward pass (exact: the output is plain decoding's). Only
+  // when the engine does not speculate otherwise.
+  bool grammar_jump_forward = true;
+  int grammar_max_forced_tokens = 16;
   int max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
   SchedulingPolicy policy = SchedulingPolicy::Continuous;

@@ -8,6 +8,21 @@
 
 namespace kestrel::server {
 
+void prepare_constraint(AsyncEngine& engine, ParsedRequest& request, bool json_any_whitespace) {
+  auto& constraint = request.structured.constraint;
+  if (!constraint) return;
+  constraint->any_whitespace = request.structured.any_whitespace.value_or(json_any_whitespace);
+  if (request.ignore_eos) {
+    throw ApiError(400, "'ignore_eos' cannot be combined with structured output (nothing may follow a complete output)",
+                   "invalid_request_error", "ignore_eos");
+  }
+  try {
+    request.grammar = engine.compile_grammar(*constraint);
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), "invalid_request_error", request.structured.constraint_param);
+  }
+}
+
 CompletionRun::CompletionRun(AsyncEngine& engine, const ParsedRequest& r) : engine_(engine) {
   std::random_device entropy;
   try {
@@ -27,6 +42,7 @@ CompletionRun::CompletionRun(AsyncEngine& engine, const ParsedRequest& r) : engi
         g.stop = r.stop;
         g.priority = r.priority;
         g.ignore_eos = r.ignore_eos;
+        g.grammar = r.grammar;
         g.prefix_source = first_choice;  // choices after the first share the prompt's blocks
         streams_.push_back(engine.submit(g));
         finished_.push_back(false);

@@ -13,6 +13,11 @@
 
 namespace kestrel::server {
 
+// Compiles the request's structured-output constraint (if any) into request.grammar. JSON may
+// hold free whitespace unless the request or `json_any_whitespace` says otherwise. Throws
+// ApiError(400) naming the field for a constraint that cannot be compiled or ignore_eos with one.
+void prepare_constraint(AsyncEngine& engine, ParsedRequest& request, bool json_any_whitespace);
+
 class CompletionRun {
  public:
   // Throws ApiError: 400 if a prompt can never fit, 503 if the queue is full.

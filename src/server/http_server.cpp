@@ -13,6 +13,7 @@
 #include "server/completion_run.h"
 #include "server/openai_response.h"
 #include "server/prometheus.h"
+#include "server/tool_calls.h"
 
 namespace kestrel::server {
 namespace {
@@ -156,6 +157,7 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
                                       request->model, options.model_name),
                      "not_found_error", "model", "model_not_found");
     }
+    prepare_constraint(engine, *request, options.json_any_whitespace);
     auto run = std::make_shared<CompletionRun>(engine, *request);
     if (request->stream) {
       stream_response(std::move(run), std::move(request), res);
@@ -193,6 +195,9 @@ void HttpServer::Impl::stream_response(std::shared_ptr<CompletionRun> run,
         }
         std::string failure;
         bool done = false;
+        const bool tools = request->endpoint == Endpoint::ChatCompletions &&
+                           request->structured.tool_choice != ToolChoice::None;
+        std::vector<std::string> held(size_t(run->num_choices()));
         while (ok && !done) {
           bool wrote = false;
           done = run->pump(kHeartbeat, [&](int choice, GenerationEvent& event) {
@@ -202,6 +207,32 @@ void HttpServer::Impl::stream_response(std::shared_ptr<CompletionRun> run,
             if (event.finish_reason == FinishReason::Error) failure = event.error;
             if (event.text.empty() && event.tokens.empty() && !event.finished) return;
             if (!ok) return;
+            if (tools && request->structured.tool_choice == ToolChoice::Named) {
+              // The call is known from the start: its arguments stream as they are generated.
+              std::string& call_id = held[size_t(choice)];
+              if (call_id.empty()) {
+                call_id = new_tool_call_id();
+                ok = send(tool_arguments_chunk(*request, choice, call_id, request->structured.named_tool, "", nullptr, id,
+                                               created, model));
+              }
+              if (ok && !event.text.empty()) {
+                ok = send(tool_arguments_chunk(*request, choice, "", "", event.text, nullptr, id, created, model));
+              }
+              if (ok && event.finished && event.finish_reason != FinishReason::Error) {
+                ok = send(tool_arguments_chunk(*request, choice, "", "", "",
+                                               event.finish_reason == FinishReason::Length ? "length" : "stop", id,
+                                               created, model));
+              }
+              wrote = true;
+              return;
+            }
+            if (tools) {
+              held[size_t(choice)] += event.text;
+              if (!event.finished || event.finish_reason == FinishReason::Error) return;
+              ok = send(tool_reply_chunk(*request, choice, held[size_t(choice)], event.finish_reason, id, created, model));
+              wrote = true;
+              return;
+            }
             ok = send(stream_chunk(*request, choice, event.text, event.tokens,
                                    event.finished ? event.finish_reason : FinishReason::None,
                                    tokenizer, id, created, model, offsets[size_t(choice)], false));

@@ -18,6 +18,9 @@ struct ServerOptions {
   std::string model_name = "kestrel";   // the id served under /v1/models
   size_t max_body_bytes = 4 << 20;      // larger bodies get 413
   int http_threads = 128;               // concurrent connections served
+  // Constrained JSON may hold free whitespace (at most 20 characters in a row) unless a request
+  // says otherwise (structured_outputs.disable_any_whitespace); false: compact JSON only.
+  bool json_any_whitespace = true;
 };
 
 class HttpServer {

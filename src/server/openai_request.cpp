@@ -117,6 +117,7 @@ ParsedRequest parse_completion_request(const json& body, const Tokenizer& tokeni
   ParsedRequest r;
   r.endpoint = Endpoint::Completions;
   parse_common(body, r);
+  r.structured = parse_structured_request(body, /*chat=*/false);
   r.max_tokens = integer(body, "max_tokens", 16, 1, int64_t(1) << 31);
   r.echo = boolean(body, "echo", false);
   if (const json* logprobs = field(body, "logprobs")) {
@@ -162,6 +163,7 @@ ParsedRequest parse_chat_request(const json& body, const Tokenizer& tokenizer,
   ParsedRequest r;
   r.endpoint = Endpoint::ChatCompletions;
   parse_common(body, r);
+  r.structured = parse_structured_request(body, /*chat=*/true);
   const int64_t max_completion = integer(body, "max_completion_tokens", -1, 1, int64_t(1) << 31);
   r.max_tokens = integer(body, "max_tokens", max_completion, 1, int64_t(1) << 31);
   if (boolean(body, "logprobs", false)) {
@@ -180,6 +182,34 @@ ParsedRequest parse_chat_request(const json& body, const Tokenizer& tokenizer,
       bad("messages", "each message must be an object with a string 'role'");
     }
     json copy = m;
+    // OpenAI's `developer` role is the system prompt for templates, which know only `system`.
+    const std::string role = m["role"].get<std::string>();
+    if (role == "developer") {
+      copy["role"] = "system";
+    } else if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      bad("messages", fmt::format("unknown message role '{}' (system, developer, user, assistant, tool)", role));
+    }
+    if (role == "tool" && (!m.contains("tool_call_id") || !m["tool_call_id"].is_string())) {
+      bad("messages", "a 'tool' message needs the 'tool_call_id' of the call it answers");
+    }
+    // Templates (Qwen2.5, Llama 3.x, Hermes) write a call's arguments with tojson and expect an
+    // object; the API carries them as a JSON string.
+    if (m.contains("tool_calls")) {
+      if (!m["tool_calls"].is_array()) bad("messages", "'tool_calls' must be a list");
+      for (json& call : copy["tool_calls"]) {
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) {
+          bad("messages", "each tool call needs a 'function' object");
+        }
+        json& args = call["function"]["arguments"];
+        if (args.is_string()) {
+          json parsed = json::parse(args.get<std::string>(), nullptr, false);
+          if (parsed.is_object()) args = std::move(parsed);
+        }
+      }
+    }
+    // A reply that only called tools has no content: templates concatenate it as a string (as
+    // llama.cpp's server does, null becomes "").
+    if (!m.contains("content") || m["content"].is_null()) copy["content"] = "";
     if (m.contains("content") && m["content"].is_array()) {
       std::string text;
       for (const json& part : m["content"]) {

@@ -2,6 +2,7 @@
 // what the engine needs. Every bad field is an ApiError(400) naming the parameter.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -9,7 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/chat_template.h"
+#include "grammar/grammar_compiler.h"
 #include "sample/sampling_params.h"
+#include "server/structured_request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel::server {
@@ -32,6 +35,8 @@ struct ParsedRequest {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   int priority = 0;
+  StructuredRequest structured;  // response_format, structured_outputs, guided_*, tools
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;  // compiled from structured.constraint
 };
 
 ParsedRequest parse_completion_request(const nlohmann::ordered_json& body, const Tokenizer& tokenizer);

@@ -1,5 +1,7 @@
 #include "server/openai_response.h"
 
+#include "server/tool_calls.h"
+
 namespace kestrel::server {
 namespace {
 
@@ -101,6 +103,12 @@ json completion_response(const ParsedRequest& r, const std::vector<ChoiceResult>
                    {"finish_reason", finish_json(c.finish_reason)}};
     if (r.endpoint == Endpoint::Completions) {
       choice["text"] = prefix + c.text;
+    } else if (r.structured.tool_choice != ToolChoice::None) {
+      const ToolCallReply reply = extract_tool_calls(r.structured, c.text, c.finish_reason);
+      json message = {{"role", "assistant"}, {"content", reply.content ? json(*reply.content) : json(nullptr)}};
+      if (!reply.tool_calls.empty()) message["tool_calls"] = reply.tool_calls;
+      choice["message"] = std::move(message);
+      choice["finish_reason"] = reply.finish_reason;
     } else {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     }
@@ -129,6 +137,47 @@ json stream_chunk(const ParsedRequest& r, int index, const std::string& text,
     if (!text.empty() || first_chat_chunk) delta["content"] = text;
     choice["delta"] = delta;
   }
+  json chunk = {{"id", id}, {"object", object_name(r, true)}, {"created", created},
+                {"model", model}, {"choices", json::array({choice})}};
+  if (r.include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+json tool_reply_chunk(const ParsedRequest& r, int index, const std::string& text, FinishReason finish,
+                      const std::string& id, int64_t created, const std::string& model) {
+  const ToolCallReply reply = extract_tool_calls(r.structured, text, finish);
+  json delta = json::object();
+  if (reply.content) delta["content"] = *reply.content;
+  if (!reply.tool_calls.empty()) {
+    json calls = json::array();
+    for (size_t k = 0; k < reply.tool_calls.size(); ++k) {
+      json call = reply.tool_calls[k];
+      call["index"] = k;
+      calls.push_back(std::move(call));
+    }
+    delta["tool_calls"] = std::move(calls);
+  }
+  json choice = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", reply.finish_reason}, {"delta", delta}};
+  json chunk = {{"id", id}, {"object", object_name(r, true)}, {"created", created},
+                {"model", model}, {"choices", json::array({choice})}};
+  if (r.include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+json tool_arguments_chunk(const ParsedRequest& r, int index, const std::string& call_id, const std::string& name,
+                          const std::string& arguments, const char* finish, const std::string& id, int64_t created,
+                          const std::string& model) {
+  json call = {{"index", 0}, {"function", {{"arguments", arguments}}}};
+  json delta = json::object();
+  if (!call_id.empty()) {
+    delta["role"] = "assistant";
+    call["id"] = call_id;
+    call["type"] = "function";
+    call["function"]["name"] = name;
+  }
+  if (!call_id.empty() || !arguments.empty()) delta["tool_calls"] = json::array({call});
+  json choice = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", finish ? json(finish) : json(nullptr)},
+                 {"delta", delta}};
   json chunk = {{"id", id}, {"object", object_name(r, true)}, {"created", created},
                 {"model", model}, {"choices", json::array({choice})}};
   if (r.include_usage) chunk["usage"] = nullptr;

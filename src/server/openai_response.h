@@ -53,6 +53,18 @@ nlohmann::json stream_chunk(const ParsedRequest& request, int index, const std::
                             const Tokenizer& tokenizer, const std::string& id, int64_t created,
                             const std::string& model, size_t text_offset, bool first_chat_chunk);
 
+// A tool-enabled chat choice's reply, sent in one chunk when it ends (its text is held until
+// then: whether it is a tool call is known only at the end): content and/or tool_calls.
+nlohmann::json tool_reply_chunk(const ParsedRequest& request, int index, const std::string& text, FinishReason finish,
+                                const std::string& id, int64_t created, const std::string& model);
+
+// A named tool choice streams as OpenAI streams a call: the first chunk opens call 0 (`call_id`
+// and `name` given, empty arguments), later ones carry argument text; `finish` (null while
+// running) ends the choice.
+nlohmann::json tool_arguments_chunk(const ParsedRequest& request, int index, const std::string& call_id,
+                                    const std::string& name, const std::string& arguments, const char* finish,
+                                    const std::string& id, int64_t created, const std::string& model);
+
 // The final usage-only chunk (stream_options.include_usage).
 nlohmann::json usage_chunk(const ParsedRequest& request, const std::string& id, int64_t created,
                            const std::string& model, int64_t prompt_tokens,

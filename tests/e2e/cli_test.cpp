@@ -3,11 +3,17 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdio>
+#include <fstream>
+#include <map>
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "test_paths.h"
 
@@ -65,6 +71,45 @@ TEST(Cli, RunDoesNotEchoThePromptAndKeepsTheLeadingSpace) {
   const CommandResult r = run_kestrel("run " + kStories + " -p \"Once upon a time\" -n 8 --temp 0");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.rfind(", there was a little girl", 0), 0u) << r.out;
+}
+
+// Structured output from the command line: run and batch (a batch line's own constraint wins
+// over the command line's), checked by an independent parser; a bad constraint is one clear line.
+TEST(Cli, RunAndBatchFollowAGrammar) {
+  const std::string dir = test::scratch_dir("cli_grammar");
+  CommandResult r = run_kestrel("run " + kStories + " -p \"Once upon a time\" -n 300 --seed 5 --json-schema "
+                                "'{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": 0, "
+                                "\"maximum\": 9}}, \"required\": [\"n\"]}'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_TRUE(j["n"].is_number_integer() && j["n"] >= 0 && j["n"] <= 9) << r.out;
+
+  r = run_kestrel("run " + kStories + " -p x -n 8 --regex '(ab'");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err.rfind("error: invalid regex: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+
+  {
+    std::ofstream in(dir + "/requests.jsonl");
+    in << R"({"custom_id": "a", "prompt": "Once upon a time", "max_tokens": 40, "seed": 1})" << "\n"
+       << R"({"custom_id": "b", "prompt": "Once upon a time", "max_tokens": 40, "seed": 2, "guided_choice": ["red", "blue"]})" << "\n";
+  }
+  r = run_kestrel("batch " + kStories + " -i " + dir + "/requests.jsonl -o " + dir + "/results.jsonl --regex '[0-9]{2}-[a-z]{1,6}'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream out(dir + "/results.jsonl");
+  std::string line;
+  std::map<std::string, std::string> text;
+  while (std::getline(out, line)) {
+    const nlohmann::json result = nlohmann::json::parse(line);
+    text[result["custom_id"]] = result["response"]["body"]["choices"][0]["text"];
+  }
+  ASSERT_EQ(text.size(), 2u);
+  const std::string& a = text["a"];
+  EXPECT_TRUE(a.size() >= 4 && a.size() <= 9 && std::isdigit(a[0]) && std::isdigit(a[1]) && a[2] == '-' &&
+              std::all_of(a.begin() + 3, a.end(), [](char c) { return c >= 'a' && c <= 'z'; }))
+      << a;
+  EXPECT_TRUE(text["b"] == "red" || text["b"] == "blue") << text["b"];
 }
 
 TEST(Cli, SameSeedSameText) {

@@ -1,0 +1,115 @@
+#include "grammar/grammar_matcher.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+#include "grammar/compiled_grammar.h"
+
+namespace kestrel::grammar {
+
+struct GrammarMaskProcessor::Impl {
+  explicit Impl(std::shared_ptr<const CompiledGrammar> g)
+      : grammar(std::move(g)), matcher(grammar->compiled), bitmask(size_t(xgrammar::GetBitmaskSize(grammar->n_vocab))) {}
+  std::shared_ptr<const CompiledGrammar> grammar;
+  xgrammar::GrammarMatcher matcher;
+  std::vector<TokenId> consumed;  // the generated tokens followed so far, in order
+  size_t fed = 0;                 // of which the first `fed` were accepted by the matcher (the
+                                  // rest came after a stop token)
+  std::vector<int32_t> bitmask;   // bit t of word t/32: token t allowed
+};
+
+GrammarMaskProcessor::GrammarMaskProcessor(std::shared_ptr<const CompiledGrammar> grammar, size_t prompt_length)
+    : impl_(std::make_unique<Impl>(std::move(grammar))), prompt_length_(prompt_length) {}
+
+GrammarMaskProcessor::~GrammarMaskProcessor() = default;
+
+void GrammarMaskProcessor::sync(std::span<const TokenId> history) {
+  if (history.size() < prompt_length_) fail("internal: a history of {} tokens is shorter than its prompt ({})", history.size(), prompt_length_);
+  const std::span<const TokenId> generated = history.subspan(prompt_length_);
+  std::vector<TokenId>& consumed = impl_->consumed;
+  const size_t common = size_t(std::mismatch(consumed.begin(), consumed.end(), generated.begin(), generated.end()).first - consumed.begin());
+  if (common < consumed.size()) {
+    if (common < impl_->fed) {
+      impl_->matcher.Rollback(int(impl_->fed - common));
+      impl_->fed = common;
+    }
+    consumed.resize(common);
+  }
+  for (size_t i = common; i < generated.size(); ++i) {
+    consumed.push_back(generated[i]);
+    // Rows past a stop token (drafts beyond it, verified in the same pass) are never output: the
+    // request ends at the stop token. They are followed but not matched.
+    if (impl_->matcher.IsTerminated()) continue;
+    if (!impl_->matcher.AcceptToken(generated[i])) {
+      fail("internal: token {} at output position {} is not allowed by the request's {} constraint", generated[i], i,
+           constraint_kind_name(impl_->grammar->kind));
+    }
+    ++impl_->fed;
+  }
+}
+
+void GrammarMaskProcessor::fill_mask() {
+  std::vector<int32_t>& mask = impl_->bitmask;
+  if (impl_->matcher.IsTerminated()) {
+    // Past a stop token: only stop tokens (a well-formed row for a draft model to sample from).
+    std::fill(mask.begin(), mask.end(), 0);
+    for (const int t : impl_->matcher.GetStopTokenIds()) mask[size_t(t) / 32] |= int32_t(1u << (size_t(t) % 32));
+    return;
+  }
+  DLTensor tensor{};
+  int64_t shape = int64_t(mask.size());
+  tensor.data = mask.data();
+  tensor.device = DLDevice{kDLCPU, 0};
+  tensor.ndim = 1;
+  tensor.dtype = xgrammar::GetBitmaskDLType();
+  tensor.shape = &shape;
+  impl_->matcher.FillNextTokenBitmask(&tensor);
+}
+
+void GrammarMaskProcessor::apply(std::span<float> logits, std::span<const TokenId> history) {
+  if (logits.size() != size_t(impl_->grammar->n_vocab)) {
+    fail("internal: a logits row of {} for a grammar over {} tokens", logits.size(), impl_->grammar->n_vocab);
+  }
+  sync(history);
+  fill_mask();
+  std::vector<int32_t>& bits = impl_->bitmask;
+  dead_end_ = std::all_of(bits.begin(), bits.end(), [](int32_t w) { return w == 0; });
+  if (dead_end_) {
+    for (const int t : impl_->matcher.GetStopTokenIds()) bits[size_t(t) / 32] |= int32_t(1u << (size_t(t) % 32));
+  }
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const std::vector<int32_t>& mask = impl_->bitmask;
+  const size_t n = logits.size();
+  for (size_t w = 0; w < mask.size(); ++w) {
+    const uint32_t bits = uint32_t(mask[w]);
+    if (bits == 0xffffffffu) continue;
+    const size_t end = std::min(n, w * 32 + 32);
+    for (size_t t = w * 32; t < end; ++t) {
+      if (((bits >> (t - w * 32)) & 1u) == 0) logits[t] = kNegInf;
+    }
+  }
+}
+
+std::vector<TokenId> GrammarMaskProcessor::allowed_tokens(std::span<const TokenId> history) {
+  sync(history);
+  fill_mask();
+  std::vector<TokenId> allowed;
+  for (size_t t = 0; t < size_t(impl_->grammar->n_vocab); ++t) {
+    if ((uint32_t(impl_->bitmask[t / 32]) >> (t % 32)) & 1u) allowed.push_back(TokenId(t));
+  }
+  return allowed;
+}
+
+bool GrammarMaskProcessor::completed(std::span<const TokenId> history) {
+  sync(history);
+  return impl_->matcher.IsCompleted();
+}
+
+std::vector<TokenId> GrammarMaskProcessor::forced_tokens(std::span<const TokenId> history) {
+  sync(history);
+  const std::vector<int32_t> tokens = impl_->matcher.FindJumpForwardTokens();
+  return {tokens.begin(), tokens.end()};
+}
+
+}  // namespace kestrel::grammar

@@ -1,0 +1,43 @@
+// The structured-output and tool-calling fields of an OpenAI / vLLM request body:
+//   response_format {type: text | json_object | json_schema {name, schema, strict}};
+//   vLLM's structured_outputs {json | regex | choice | grammar | json_object, disable_any_whitespace}
+//   and its older guided_json / guided_regex / guided_choice / guided_grammar fields;
+//   tools [{type: function, function: {name, description, parameters}}] with tool_choice
+//   none | auto | required | {type: function, function: {name}} (chat only).
+// At most one of them may constrain the output (a 400 names the conflict). A named tool choice is
+// constrained to the function's parameters schema, `required` to a non-empty JSON list of
+// {name, parameters} calls (as vLLM does); `auto` leaves the model free and parses its output.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "grammar/constraint.h"
+
+namespace kestrel::server {
+
+enum class ToolChoice { None, Auto, Required, Named };
+
+struct ToolFunction {
+  std::string name;
+  nlohmann::ordered_json parameters;  // a JSON Schema (an empty-object schema when not given)
+};
+
+struct StructuredRequest {
+  std::optional<grammar::Constraint> constraint;
+  std::string constraint_param;  // the request field the constraint came from (for errors)
+  // structured_outputs.disable_any_whitespace when given (else the server's default applies).
+  std::optional<bool> any_whitespace;
+  std::vector<ToolFunction> tools;
+  ToolChoice tool_choice = ToolChoice::None;
+  std::string named_tool;  // ToolChoice::Named
+  bool parallel_tool_calls = true;  // false: at most one call (`required` lists exactly one)
+};
+
+// Throws ApiError(400) naming the field for anything malformed, conflicting or unsupported.
+StructuredRequest parse_structured_request(const nlohmann::ordered_json& body, bool chat);
+
+}  // namespace kestrel::server

@@ -1,0 +1,49 @@
+#include "grammar_options.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace kestrel::cli {
+namespace {
+
+std::string read_text(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read the {} file {}", what, path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+void add_grammar_options(CLI::App& cmd, GrammarOptions& o) {
+  cmd.add_option("--grammar", o.grammar, "constrain the output to a GBNF grammar (root rule 'root'), or a Lark grammar");
+  cmd.add_option("--grammar-file", o.grammar_file, "... read from a file");
+  cmd.add_option("-j,--json-schema", o.json_schema, "constrain the output to JSON matching this JSON Schema");
+  cmd.add_option("--json-schema-file", o.json_schema_file, "... read from a file");
+  cmd.add_option("--regex", o.regex, "constrain the output to match this regular expression");
+  cmd.add_flag("--json", o.json, "constrain the output to a JSON object");
+}
+
+std::optional<grammar::Constraint> make_constraint(const GrammarOptions& o) {
+  std::optional<grammar::Constraint> c;
+  int given = 0;
+  auto set = [&](grammar::ConstraintKind kind, std::string text) {
+    ++given;
+    c = grammar::Constraint{};
+    c->kind = kind;
+    c->text = std::move(text);
+  };
+  if (!o.grammar.empty()) set(grammar::ConstraintKind::Grammar, o.grammar);
+  if (!o.grammar_file.empty()) set(grammar::ConstraintKind::Grammar, read_text(o.grammar_file, "grammar"));
+  if (!o.json_schema.empty()) set(grammar::ConstraintKind::JsonSchema, o.json_schema);
+  if (!o.json_schema_file.empty()) set(grammar::ConstraintKind::JsonSchema, read_text(o.json_schema_file, "JSON Schema"));
+  if (!o.regex.empty()) set(grammar::ConstraintKind::Regex, o.regex);
+  if (o.json) set(grammar::ConstraintKind::JsonObject, "");
+  if (given > 1) fail("give at most one of --grammar, --grammar-file, --json-schema, --json-schema-file, --regex, --json");
+  return c;
+}
+
+}  // namespace kestrel::cli

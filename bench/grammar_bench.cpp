@@ -45,6 +45,8 @@ struct Job {
   std::vector<TokenId> prompt;
   std::shared_ptr<const grammar::CompiledGrammar> grammar;  // null: unconstrained
   uint64_t seed;
+  int max_tokens = 0;       // 0: the run's
+  bool ignore_eos = false;  // unconstrained twins generate exactly as many tokens
 };
 
 struct Done {
@@ -74,7 +76,8 @@ RunStats run_jobs(const Model& model, const Tokenizer& tokenizer, const std::vec
   for (size_t i = 0; i < jobs.size(); ++i) {
     RequestSpec spec;
     spec.prompt = jobs[i].prompt;
-    spec.max_tokens = max_tokens;
+    spec.max_tokens = jobs[i].max_tokens > 0 ? jobs[i].max_tokens : max_tokens;
+    spec.ignore_eos = jobs[i].ignore_eos;
     spec.sampling.temperature = 1.0f;
     spec.sampling.top_k = 0;
     spec.sampling.top_p = 1.0f;
@@ -95,10 +98,16 @@ RunStats run_jobs(const Model& model, const Tokenizer& tokenizer, const std::vec
   return stats;
 }
 
+void generate_and_replay(const Model& m, const Tokenizer& tok, const json& schemas, const std::vector<Job>& jobs,
+                         int concurrency, int max_tokens, int threads, const std::string& out_path);
+void speed(const Model& m, const Tokenizer& tok, size_t num_schemas, const std::vector<Job>& jobs, int samples,
+           int concurrency, int max_tokens, int threads, int rounds);
+
 int bench(int argc, char** argv) {
   CLI::App app{"structured output: compile and mask cost, validity, speed"};
   std::string model_path, schemas_path = "bench/data/json_schemas.json", out_path = "grammar_bench_outputs.jsonl";
   int samples = 10, concurrency = 16, max_tokens = 256, threads = 2, rounds = 3;
+  bool speed_only = false;
   app.add_option("model", model_path, "GGUF model")->required();
   app.add_option("--schemas", schemas_path, "JSON list of {name, schema}");
   app.add_option("--samples", samples, "generations per schema");
@@ -107,6 +116,7 @@ int bench(int argc, char** argv) {
   app.add_option("--out", out_path, "generated outputs (JSON lines)");
   app.add_option("--threads", threads, "engine threads");
   app.add_option("--rounds", rounds, "alternations for the speed comparison");
+  app.add_flag("--speed-only", speed_only, "only the speed comparison (step 4)");
   CLI11_PARSE(app, argc, argv);
 
   const auto model = Model::load(model_path);
@@ -148,6 +158,15 @@ int bench(int argc, char** argv) {
     const std::vector<TokenId> tokens = tokenizer->encode(prompt, !chat_template.has_value(), true);
     for (int s = 0; s < samples; ++s) jobs.push_back({i, tokens, compiled[i], uint64_t(1000 * i + size_t(s))});
   }
+  if (!speed_only) generate_and_replay(*model, *tokenizer, schemas, jobs, concurrency, max_tokens, threads, out_path);
+  speed(*model, *tokenizer, schemas.size(), jobs, samples, concurrency, max_tokens, threads, rounds);
+  return 0;
+}
+
+void generate_and_replay(const Model& m, const Tokenizer& tok, const json& schemas, const std::vector<Job>& jobs,
+                         int concurrency, int max_tokens, int threads, const std::string& out_path) {
+  const Model* model = &m;
+  const Tokenizer* tokenizer = &tok;
   const RunStats gen = run_jobs(*model, *tokenizer, jobs, concurrency, max_tokens, threads);
   std::ofstream out(out_path);
   int stopped = 0;
@@ -169,7 +188,7 @@ int bench(int argc, char** argv) {
     std::vector<TokenId> history = jobs[j].prompt;
     for (TokenId t : gen.outputs[j].tokens) {
       std::fill(row.begin(), row.end(), 0.0f);
-      t0 = Clock::now();
+      const auto t0 = Clock::now();
       processor.apply(row, history);
       mask_us.push_back(1e6 * seconds_since(t0));
       history.push_back(t);
@@ -177,32 +196,47 @@ int bench(int argc, char** argv) {
   }
   fmt::print("mask per token ({} tokens): p50 {:.1f} us, p90 {:.1f} us, p99 {:.1f} us, max {:.1f} us\n", mask_us.size(),
              percentile(mask_us, 0.5), percentile(mask_us, 0.9), percentile(mask_us, 0.99), percentile(mask_us, 1.0));
+}
+
+void speed(const Model& m, const Tokenizer& tok, size_t num_schemas, const std::vector<Job>& jobs, int samples,
+           int concurrency, int max_tokens, int threads, int rounds) {
+  const Model* model = &m;
+  const Tokenizer* tokenizer = &tok;
 
   // 4. Speed: constrained vs unconstrained, alternating, at batch 1 and at `concurrency`.
   for (const int batch : {1, concurrency}) {
     std::vector<Job> subset;
-    for (size_t i = 0; i < std::min<size_t>(size_t(batch == 1 ? 4 : concurrency), schemas.size()); ++i) {
+    for (size_t i = 0; i < std::min<size_t>(size_t(batch == 1 ? 4 : concurrency), num_schemas); ++i) {
       subset.push_back(jobs[i * size_t(samples)]);
     }
     std::vector<double> ratios, jump_ratios;
+    // The unconstrained twins: same prompts and seeds, exactly as many tokens per request as the
+    // constrained run made (so the batch shrinks alike and prefill is amortised alike).
+    const RunStats lengths = run_jobs(*model, *tokenizer, subset, batch, max_tokens, threads, /*jump_forward=*/false);
+    std::vector<Job> free_jobs = subset;
+    for (size_t j = 0; j < free_jobs.size(); ++j) {
+      free_jobs[j].grammar = nullptr;
+      free_jobs[j].ignore_eos = true;
+      free_jobs[j].max_tokens = std::max<int>(1, int(lengths.outputs[j].tokens.size()));
+    }
     for (int r = 0; r < rounds; ++r) {
-      std::vector<Job> free_jobs = subset;
-      for (Job& j : free_jobs) j.grammar = nullptr;
-      const RunStats constrained = run_jobs(*model, *tokenizer, subset, batch, max_tokens, threads, /*jump_forward=*/false);
-      const RunStats jumping = run_jobs(*model, *tokenizer, subset, batch, max_tokens, threads, /*jump_forward=*/true);
-      const RunStats unconstrained = run_jobs(*model, *tokenizer, free_jobs, batch, max_tokens, threads);
+      // The order alternates between rounds (machine drift must not favour one side).
+      RunStats constrained, jumping, unconstrained;
+      if (r % 2 == 1) unconstrained = run_jobs(*model, *tokenizer, free_jobs, batch, max_tokens, threads);
+      constrained = run_jobs(*model, *tokenizer, subset, batch, max_tokens, threads, /*jump_forward=*/false);
+      jumping = run_jobs(*model, *tokenizer, subset, batch, max_tokens, threads, /*jump_forward=*/true);
+      if (r % 2 == 0) unconstrained = run_jobs(*model, *tokenizer, free_jobs, batch, max_tokens, threads);
       const double c = double(constrained.tokens) / constrained.seconds, u = double(unconstrained.tokens) / unconstrained.seconds;
       const double jf = double(jumping.tokens) / jumping.seconds;
       ratios.push_back(c / u);
       jump_ratios.push_back(jf / u);
-      fmt::print("  batch {:2d} round {}: constrained {:.1f} tok/s ({} tokens), with jump-forward {:.1f} tok/s ({} tokens), "
+      fmt::print("  batch {:2d} round {}: constrained {:.1f} tok/s ({} tokens, {:.2f} s), with jump-forward {:.1f} tok/s ({} tokens), "
                  "unconstrained {:.1f} tok/s ({} tokens)\n",
-                 batch, r + 1, c, constrained.tokens, jf, jumping.tokens, u, unconstrained.tokens);
+                 batch, r + 1, c, constrained.tokens, constrained.seconds, jf, jumping.tokens, u, unconstrained.tokens);
     }
     fmt::print("speed at batch {}: constrained / unconstrained tok/s, median of {} rounds: {:.3f}; with jump-forward: {:.3f}\n",
                batch, rounds, percentile(ratios, 0.5), percentile(jump_ratios, 0.5));
   }
-  return 0;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "grammar/grammar_matcher.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 
 #include "core/error.h"
@@ -78,15 +79,24 @@ void GrammarMaskProcessor::apply(std::span<float> logits, std::span<const TokenI
   if (dead_end_) {
     for (const int t : impl_->matcher.GetStopTokenIds()) bits[size_t(t) / 32] |= int32_t(1u << (size_t(t) % 32));
   }
+  // Word by word: all allowed (most of the vocabulary inside a string) costs nothing, none allowed
+  // (inside a number, a key) is one fill, a mixed word visits only its disallowed bits.
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const std::vector<int32_t>& mask = impl_->bitmask;
   const size_t n = logits.size();
-  for (size_t w = 0; w < mask.size(); ++w) {
-    const uint32_t bits = uint32_t(mask[w]);
-    if (bits == 0xffffffffu) continue;
-    const size_t end = std::min(n, w * 32 + 32);
-    for (size_t t = w * 32; t < end; ++t) {
-      if (((bits >> (t - w * 32)) & 1u) == 0) logits[t] = kNegInf;
+  for (size_t w = 0; w * 32 < n; ++w) {
+    const uint32_t allowed = uint32_t(bits[w]);
+    if (allowed == 0xffffffffu) continue;
+    float* row = logits.data() + w * 32;
+    const size_t count = std::min<size_t>(32, n - w * 32);
+    if (allowed == 0) {
+      std::fill(row, row + count, kNegInf);
+      continue;
+    }
+    uint32_t refused = ~allowed;
+    if (count < 32) refused &= (1u << count) - 1u;
+    while (refused != 0) {
+      row[std::countr_zero(refused)] = kNegInf;
+      refused &= refused - 1u;
     }
   }
 }

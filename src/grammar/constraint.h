@@ -15,6 +15,8 @@ enum class ConstraintKind {
   Choice,      // the output is exactly one of `choices`
   Grammar,     // `text` is a grammar: GBNF/EBNF (rules written `name ::= ...`, root rule `root`)
                // or, without any `::=`, Lark (as vLLM tells them apart)
+  StructuralTag,  // `text` is an xgrammar structural tag ({"type": "structural_tag", "format": ...}),
+                  // e.g. free text with tool calls constrained once their opening tag appears
 };
 
 struct Constraint {

@@ -19,6 +19,7 @@ const char* constraint_kind_name(ConstraintKind kind) {
     case ConstraintKind::Regex: return "regex";
     case ConstraintKind::Choice: return "choice";
     case ConstraintKind::Grammar: return "grammar";
+    case ConstraintKind::StructuralTag: return "structural_tag";
   }
   return "?";
 }
@@ -139,6 +140,14 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const Constraint
         }
         refuse_ignored_parts([&] { xgrammar::Grammar::FromLark(c.text); });
         return std::make_shared<CompiledGrammar>(compiler.CompileLark(c.text), c.kind, n_vocab_);
+      case ConstraintKind::StructuralTag:
+        refuse_ignored_parts([&] {
+          const auto grammar = xgrammar::Grammar::FromStructuralTag(c.text);
+          if (const auto* error = std::get_if<xgrammar::StructuralTagError>(&grammar)) {
+            fail("{}", std::visit([](const auto& e) { return std::string(e.what()); }, *error));
+          }
+        });
+        return std::make_shared<CompiledGrammar>(compiler.CompileStructuralTag(c.text), c.kind, n_vocab_);
     }
   } catch (const Error& e) {
     fail("invalid {}: {}", constraint_kind_name(c.kind), e.what());

@@ -246,6 +246,12 @@ ParsedRequest parse_chat_request(const json& body, const Tokenizer& tokenizer,
   } catch (const Error& e) {
     bad("messages", fmt::format("the chat template failed: {}", e.what()));
   }
+  // Auto tool choice with a Hermes/Qwen-style template: calls are constrained once they open.
+  if (r.structured.tool_choice == ToolChoice::Auto && !r.structured.constraint &&
+      chat_template->source().find("<tool_call>") != std::string::npos) {
+    r.structured.constraint = hermes_tool_calls_constraint(r.structured.tools);
+    r.structured.constraint_param = "tools";
+  }
   r.prompt_texts.push_back(prompt);
   // The template writes BOS itself when the model wants one.
   r.prompts.push_back(tokenizer.encode(prompt, /*add_special=*/false, /*parse_special=*/true));

@@ -233,6 +233,19 @@ std::optional<Constraint> tool_constraint(const StructuredRequest& r) {
 
 }  // namespace
 
+grammar::Constraint hermes_tool_calls_constraint(const std::vector<ToolFunction>& tools) {
+  json tags = json::array();
+  for (const ToolFunction& f : tools) {
+    tags.push_back({{"type", "tag"},
+                    {"begin", "<tool_call>\n{\"name\": " + json(f.name).dump() + ", \"arguments\": "},
+                    {"content", {{"type", "json_schema"}, {"json_schema", f.parameters}}},
+                    {"end", "}\n</tool_call>"}});
+  }
+  const json tag = {{"type", "structural_tag"},
+                    {"format", {{"type", "triggered_tags"}, {"triggers", json::array({"<tool_call>"})}, {"tags", tags}}}};
+  return make(ConstraintKind::StructuralTag, tag.dump());
+}
+
 StructuredRequest parse_structured_request(const json& body, bool chat) {
   StructuredRequest r;
   parse_response_format(body, r);

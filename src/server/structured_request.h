@@ -40,4 +40,10 @@ struct StructuredRequest {
 // Throws ApiError(400) naming the field for anything malformed, conflicting or unsupported.
 StructuredRequest parse_structured_request(const nlohmann::ordered_json& body, bool chat);
 
+// `tool_choice: auto` for models that call tools in Hermes/Qwen 2.5 form (their chat template
+// writes `<tool_call>`): text stays free, but once the model opens `<tool_call>` the call must be
+// {"name": <an offered function>, "arguments": <its parameters schema>} and close with
+// `</tool_call>` (an xgrammar structural tag with that trigger).
+grammar::Constraint hermes_tool_calls_constraint(const std::vector<ToolFunction>& tools);
+
 }  // namespace kestrel::server

@@ -23,6 +23,7 @@
 #include "grammar/grammar_compiler.h"
 #include "grammar/grammar_matcher.h"
 #include "loader/gguf_reader.h"
+#include "server/structured_request.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 
@@ -448,6 +449,53 @@ TEST_F(StructuredStories, JumpForwardIsExactAndTakesFewerSteps) {
     }
     EXPECT_LT(double(jumped.steps), 0.85 * double(plain.steps)) << jumped.steps << " steps with jump-forward, " << plain.steps << " without";
   }
+}
+
+// tool_choice auto for Hermes/Qwen-style models: free text, but a call that opens with
+// <tool_call> must name an offered function and give arguments of its schema, then close.
+TEST_F(StructuredStories, AutoToolCallsAreConstrainedOnceOpened) {
+  const std::vector<server::ToolFunction> tools = {
+      {"get_weather", nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})")},
+      {"get_time", nlohmann::ordered_json::parse(R"({"type": "object", "properties": {}})")}};
+  const auto compiled = compiler_->compile(server::hermes_tool_calls_constraint(tools));
+  const std::vector<TokenId> prompt = tokenizer_->encode("Once upon a time", true, false);
+  GrammarMaskProcessor processor(compiled, prompt.size());
+  // The tokens allowed after `text` (reached by the longest allowed token at each step).
+  auto allowed_after = [&](const std::string& text) {
+    std::vector<TokenId> history = prompt;
+    std::string done;
+    while (done != text) {
+      TokenId best = -1;
+      size_t best_len = 0;
+      for (TokenId t : processor.allowed_tokens(history)) {
+        const std::string piece = tokenizer_->token_to_piece(t, false);
+        if (piece.size() > best_len && text.compare(done.size(), piece.size(), piece) == 0) best = t, best_len = piece.size();
+      }
+      if (best < 0) {
+        ADD_FAILURE() << "the constraint refuses \"" << text.substr(done.size()) << "\" after \"" << done << "\"";
+        return std::set<std::string>{};
+      }
+      history.push_back(best);
+      done += tokenizer_->token_to_piece(best, false);
+    }
+    std::set<std::string> pieces;
+    for (TokenId t : processor.allowed_tokens(history)) {
+      pieces.insert(tokenizer_->is_end_of_generation(t) ? "<stop>" : tokenizer_->token_to_piece(t, false));
+    }
+    return pieces;
+  };
+  const std::string open = "Let me look [it up]. <tool_call>\n{\"name\": \"";
+  EXPECT_TRUE(allowed_after("").count("[")) << "text before a call is free";
+  EXPECT_TRUE(allowed_after("").count("<stop>"));
+  const auto in_name = allowed_after(open + "get_");
+  EXPECT_TRUE(in_name.count("w") && in_name.count("t"));
+  EXPECT_FALSE(in_name.count("x")) << "only offered functions";
+  const auto at_args = allowed_after(open + "get_weather\", \"arguments\": ");
+  EXPECT_TRUE(at_args.count("{"));
+  EXPECT_FALSE(at_args.count("[")) << "arguments follow the function's schema";
+  EXPECT_FALSE(allowed_after(open + "get_weather\", \"arguments\": {").count("}")) << "city is required";
+  const auto after = allowed_after(open + "get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+  EXPECT_TRUE(after.count("<stop>") && after.count("[")) << "free text again after the call";
 }
 
 // A grammar with nothing after "a" (an empty character class): the request ends with an error

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <limits>
+#include <string>
 
 #include "core/error.h"
 #include "grammar/compiled_grammar.h"
@@ -17,7 +18,16 @@ struct GrammarMaskProcessor::Impl {
   std::vector<TokenId> consumed;  // the generated tokens followed so far, in order
   size_t fed = 0;                 // of which the first `fed` were accepted by the matcher (the
                                   // rest came after a stop token)
+  // consumed[unmatched_stop] is a stop token the matcher refused (the way out of a dead end);
+  // npos: none. Like an accepted stop token, it ends matching.
+  size_t unmatched_stop = std::string::npos;
   std::vector<int32_t> bitmask;   // bit t of word t/32: token t allowed
+
+  bool ended() const { return unmatched_stop != std::string::npos || matcher.IsTerminated(); }
+  bool is_stop(TokenId t) const {
+    const std::vector<int>& stops = matcher.GetStopTokenIds();
+    return std::find(stops.begin(), stops.end(), t) != stops.end();
+  }
 };
 
 GrammarMaskProcessor::GrammarMaskProcessor(std::shared_ptr<const CompiledGrammar> grammar, size_t prompt_length)
@@ -36,13 +46,18 @@ void GrammarMaskProcessor::sync(std::span<const TokenId> history) {
       impl_->fed = common;
     }
     consumed.resize(common);
+    if (impl_->unmatched_stop != std::string::npos && impl_->unmatched_stop >= common) impl_->unmatched_stop = std::string::npos;
   }
   for (size_t i = common; i < generated.size(); ++i) {
     consumed.push_back(generated[i]);
     // Rows past a stop token (drafts beyond it, verified in the same pass) are never output: the
     // request ends at the stop token. They are followed but not matched.
-    if (impl_->matcher.IsTerminated()) continue;
+    if (impl_->ended()) continue;
     if (!impl_->matcher.AcceptToken(generated[i])) {
+      if (impl_->is_stop(generated[i])) {  // a dead end's stop token (apply() let it through)
+        impl_->unmatched_stop = i;
+        continue;
+      }
       fail("internal: token {} at output position {} is not allowed by the request's {} constraint", generated[i], i,
            constraint_kind_name(impl_->grammar->kind));
     }
@@ -52,7 +67,7 @@ void GrammarMaskProcessor::sync(std::span<const TokenId> history) {
 
 void GrammarMaskProcessor::fill_mask() {
   std::vector<int32_t>& mask = impl_->bitmask;
-  if (impl_->matcher.IsTerminated()) {
+  if (impl_->ended()) {
     // Past a stop token: only stop tokens (a well-formed row for a draft model to sample from).
     std::fill(mask.begin(), mask.end(), 0);
     for (const int t : impl_->matcher.GetStopTokenIds()) mask[size_t(t) / 32] |= int32_t(1u << (size_t(t) % 32));
@@ -100,6 +115,8 @@ void GrammarMaskProcessor::apply(std::span<float> logits, std::span<const TokenI
     }
   }
 }
+
+bool GrammarMaskProcessor::at_dead_end() const { return dead_end_ || impl_->unmatched_stop != std::string::npos; }
 
 std::vector<TokenId> GrammarMaskProcessor::allowed_tokens(std::span<const TokenId> history) {
   sync(history);

@@ -29,9 +29,10 @@ class GrammarMaskProcessor final : public LogitsProcessor {
   // logits [n_vocab]: disallowed tokens become -inf. A history the grammar cannot follow (never
   // produced by a masked sampler) is a kestrel::Error. A dead end (the grammar allows no token of
   // this vocabulary, e.g. a character no token spells) allows only the stop tokens, so the request
-  // ends, and at_dead_end() says so until the history moves back before that point.
+  // ends, and at_dead_end() says so (also for later rows that follow that stop token) until the
+  // history moves back before that point.
   void apply(std::span<float> logits, std::span<const TokenId> history) override;
-  bool at_dead_end() const { return dead_end_; }
+  bool at_dead_end() const;
 
   // The allowed next tokens after `history` (for tests and diagnostics), ascending.
   std::vector<TokenId> allowed_tokens(std::span<const TokenId> history);

@@ -100,6 +100,7 @@ std::vector<TokenId> walk_and_check(const Vocab& v, const Constraint& c, const s
 // Four seeded requests of `prompt` under `grammar` through one engine built from `config`.
 struct GrammarRun {
   std::vector<std::vector<TokenId>> outputs;  // in request order
+  std::vector<FinishReason> finish;           // in request order
   int steps = 0;
   SpecStats stats;  // when the engine speculates
 };
@@ -112,6 +113,7 @@ GrammarRun run_grammar(const Model& model, const Tokenizer& tokenizer, const std
   config.kv_memory_bytes = int64_t(32) << 20;
   LLMEngine engine(model, config, tokenizer.stop_token_ids());
   std::map<RequestId, std::vector<TokenId>> outputs;
+  std::map<RequestId, FinishReason> finish;
   for (int seed = 1; seed <= 4; ++seed) {
     RequestSpec spec;
     spec.prompt = prompt;
@@ -126,11 +128,13 @@ GrammarRun run_grammar(const Model& model, const Tokenizer& tokenizer, const std
     ++run.steps;
     for (const RequestOutput& out : engine.step()) {
       for (const SampleResult& s : out.new_tokens) outputs[out.id].push_back(s.token);
+      if (out.finished) finish[out.id] = out.finish_reason;
     }
   }
   EXPECT_EQ(engine.kv().num_free_blocks(), engine.kv().num_blocks());
   if (engine.speculator() != nullptr) run.stats = engine.speculator()->stats();
   for (auto& [id, tokens] : outputs) run.outputs.push_back(tokens);
+  for (auto& [id, reason] : finish) run.finish.push_back(reason);
   return run;
 }
 
@@ -529,6 +533,23 @@ TEST_F(StructuredStories, ADeadEndEndsTheRequestWithAnError) {
   EXPECT_EQ(last[fine].finish_reason, FinishReason::Stop);
   EXPECT_TRUE(choice_complete(tokenizer_->decode(tokens[fine], false)));
   EXPECT_EQ(engine.kv().num_free_blocks(), engine.kv().num_blocks());
+
+  // With a draft model drafting through the same chain: its row at the dead end can only propose
+  // the stop token, and the rows after that draft follow it without matching.
+  const std::string draft_path = (std::filesystem::temp_directory_path() /
+                                  ("kestrel_dead_end_draft_" + std::to_string(::getpid()) + ".gguf")).string();
+  requantize_gguf(test::shared_model_path("stories260K.gguf"), draft_path, DType::Q4_0, [](const RequantizeNote&) {});
+  const std::unique_ptr<Model> draft = Model::load(draft_path);
+  std::filesystem::remove(draft_path);
+  EngineConfig speculating;
+  speculating.spec.method = SpecMethod::DraftModel;
+  speculating.spec.draft_model = draft.get();
+  speculating.spec.num_spec_tokens = 4;
+  speculating.spec.adaptive = false;
+  for (const float temperature : {0.0f, 0.8f}) {
+    const GrammarRun run = run_grammar(*model_, *tokenizer_, spec.prompt, compiler_->compile(c), speculating, temperature, 50);
+    EXPECT_EQ(run.finish, std::vector<FinishReason>(4, FinishReason::Error)) << "temperature " << temperature;
+  }
 }
 
 TEST_F(StructuredStories, BadConstraintsAreClearErrors) {

@@ -243,7 +243,7 @@ def test_every_schema_of_the_set_gives_valid_json(client):
         r = client.completions.create(model="stories260K", prompt="Once upon a time", max_tokens=320,
                                       temperature=1.0, seed=100 + index, extra_body={"guided_json": entry["schema"]})
         return entry, r.choices[0]
-    with ThreadPoolExecutor(8) as pool:
+    with ThreadPoolExecutor(16) as pool:
         results = list(pool.map(generate, enumerate(SCHEMA_SET)))
     invalid, ended = [], 0
     for entry, choice in results:

@@ -60,9 +60,6 @@ std::shared_ptr<RequestStream> AsyncEngine::submit(const GenerateRequest& reques
     metrics_.update([](MetricsSnapshot& m) { ++m.requests_rejected; });
     throw RequestRejected(RejectReason::Invalid, problem);
   }
-  if (request.grammar && request.ignore_eos) {
-    throw RequestRejected(RejectReason::Invalid, "ignore_eos cannot be combined with structured output");
-  }
   for (TokenId t : request.prompt) {
     if (t < 0 || t >= tokenizer_.vocab_size()) {
       throw RequestRejected(RejectReason::Invalid,

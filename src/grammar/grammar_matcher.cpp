@@ -67,10 +67,14 @@ void GrammarMaskProcessor::sync(std::span<const TokenId> history) {
 
 void GrammarMaskProcessor::fill_mask() {
   std::vector<int32_t>& mask = impl_->bitmask;
-  if (impl_->ended()) {
-    // Past a stop token: only stop tokens (a well-formed row for a draft model to sample from).
+  auto allow_only_stop_tokens = [&] {
     std::fill(mask.begin(), mask.end(), 0);
     for (const int t : impl_->matcher.GetStopTokenIds()) mask[size_t(t) / 32] |= int32_t(1u << (size_t(t) % 32));
+  };
+  dead_end_ = false;
+  if (impl_->ended()) {
+    // Past a stop token: only stop tokens (a well-formed row for a draft model to sample from).
+    allow_only_stop_tokens();
     return;
   }
   DLTensor tensor{};
@@ -81,6 +85,9 @@ void GrammarMaskProcessor::fill_mask() {
   tensor.dtype = xgrammar::GetBitmaskDLType();
   tensor.shape = &shape;
   impl_->matcher.FillNextTokenBitmask(&tensor);
+  // A dead end: the stop tokens are the way out (the engine reports it as an error).
+  dead_end_ = std::all_of(mask.begin(), mask.end(), [](int32_t w) { return w == 0; });
+  if (dead_end_) allow_only_stop_tokens();
 }
 
 void GrammarMaskProcessor::apply(std::span<float> logits, std::span<const TokenId> history) {
@@ -89,11 +96,7 @@ void GrammarMaskProcessor::apply(std::span<float> logits, std::span<const TokenI
   }
   sync(history);
   fill_mask();
-  std::vector<int32_t>& bits = impl_->bitmask;
-  dead_end_ = std::all_of(bits.begin(), bits.end(), [](int32_t w) { return w == 0; });
-  if (dead_end_) {
-    for (const int t : impl_->matcher.GetStopTokenIds()) bits[size_t(t) / 32] |= int32_t(1u << (size_t(t) % 32));
-  }
+  const std::vector<int32_t>& bits = impl_->bitmask;
   // Word by word: all allowed (most of the vocabulary inside a string) costs nothing, none allowed
   // (inside a number, a key) is one fill, a mixed word visits only its disallowed bits.
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();

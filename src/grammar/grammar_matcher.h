@@ -44,12 +44,14 @@ class GrammarMaskProcessor final : public LogitsProcessor {
 
  private:
   void sync(std::span<const TokenId> history);
+  // The next-token mask into impl_->bitmask: the grammar's, or only the stop tokens past a stop
+  // token or at a dead end (which sets dead_end_).
   void fill_mask();
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
   size_t prompt_length_;
-  bool dead_end_ = false;  // the last mask allowed no token
+  bool dead_end_ = false;  // the grammar allowed no token in the last mask
 };
 
 }  // namespace kestrel::grammar

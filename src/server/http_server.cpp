@@ -197,7 +197,8 @@ void HttpServer::Impl::stream_response(std::shared_ptr<CompletionRun> run,
         bool done = false;
         const bool tools = request->endpoint == Endpoint::ChatCompletions &&
                            request->structured.tool_choice != ToolChoice::None;
-        std::vector<std::string> held(size_t(run->num_choices()));
+        std::vector<std::string> held(size_t(run->num_choices()));      // tool choices' text until they end
+        std::vector<std::string> call_ids(size_t(run->num_choices()));  // a named tool choice's call
         while (ok && !done) {
           bool wrote = false;
           done = run->pump(kHeartbeat, [&](int choice, GenerationEvent& event) {
@@ -209,7 +210,7 @@ void HttpServer::Impl::stream_response(std::shared_ptr<CompletionRun> run,
             if (!ok) return;
             if (tools && request->structured.tool_choice == ToolChoice::Named) {
               // The call is known from the start: its arguments stream as they are generated.
-              std::string& call_id = held[size_t(choice)];
+              std::string& call_id = call_ids[size_t(choice)];
               if (call_id.empty()) {
                 call_id = new_tool_call_id();
                 ok = send(tool_arguments_chunk(*request, choice, call_id, request->structured.named_tool, "", nullptr, id,

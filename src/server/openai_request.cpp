@@ -4,20 +4,12 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/request_fields.h"
 
 namespace kestrel::server {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-[[noreturn]] void bad(const std::string& param, const std::string& message) {
-  throw ApiError(400, message, "invalid_request_error", param);
-}
-
-const json* field(const json& body, const char* name) {
-  const auto it = body.find(name);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
-}
 
 double number(const json& body, const char* name, double fallback, double lo, double hi) {
   const json* v = field(body, name);
@@ -35,13 +27,6 @@ int64_t integer(const json& body, const char* name, int64_t fallback, int64_t lo
   const int64_t x = v->get<int64_t>();
   if (x < lo || x > hi) bad(name, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, x));
   return x;
-}
-
-bool boolean(const json& body, const char* name, bool fallback) {
-  const json* v = field(body, name);
-  if (v == nullptr) return fallback;
-  if (!v->is_boolean()) bad(name, fmt::format("'{}' must be true or false", name));
-  return v->get<bool>();
 }
 
 std::vector<TokenId> token_list(const json& array, const Tokenizer& tokenizer) {

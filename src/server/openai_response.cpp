@@ -24,6 +24,14 @@ json finish_json(FinishReason reason) {
   return name == nullptr ? json(nullptr) : json(name);
 }
 
+// A stream chunk carrying one choice (usage null until the last chunk when the client asked).
+json chunk_of(const ParsedRequest& r, json choice, const std::string& id, int64_t created, const std::string& model) {
+  json chunk = {{"id", id}, {"object", object_name(r, true)}, {"created", created},
+                {"model", model}, {"choices", json::array({std::move(choice)})}};
+  if (r.include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
 json logprobs_for(const ParsedRequest& r, const std::vector<GeneratedToken>& tokens,
                   const Tokenizer& tokenizer, size_t text_offset) {
   if (r.top_logprobs < 0) return nullptr;
@@ -137,10 +145,7 @@ json stream_chunk(const ParsedRequest& r, int index, const std::string& text,
     if (!text.empty() || first_chat_chunk) delta["content"] = text;
     choice["delta"] = delta;
   }
-  json chunk = {{"id", id}, {"object", object_name(r, true)}, {"created", created},
-                {"model", model}, {"choices", json::array({choice})}};
-  if (r.include_usage) chunk["usage"] = nullptr;
-  return chunk;
+  return chunk_of(r, std::move(choice), id, created, model);
 }
 
 json tool_reply_chunk(const ParsedRequest& r, int index, const std::string& text, FinishReason finish,
@@ -158,10 +163,7 @@ json tool_reply_chunk(const ParsedRequest& r, int index, const std::string& text
     delta["tool_calls"] = std::move(calls);
   }
   json choice = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", reply.finish_reason}, {"delta", delta}};
-  json chunk = {{"id", id}, {"object", object_name(r, true)}, {"created", created},
-                {"model", model}, {"choices", json::array({choice})}};
-  if (r.include_usage) chunk["usage"] = nullptr;
-  return chunk;
+  return chunk_of(r, std::move(choice), id, created, model);
 }
 
 json tool_arguments_chunk(const ParsedRequest& r, int index, const std::string& call_id, const std::string& name,
@@ -178,10 +180,7 @@ json tool_arguments_chunk(const ParsedRequest& r, int index, const std::string& 
   if (!call_id.empty() || !arguments.empty()) delta["tool_calls"] = json::array({call});
   json choice = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", finish ? json(finish) : json(nullptr)},
                  {"delta", delta}};
-  json chunk = {{"id", id}, {"object", object_name(r, true)}, {"created", created},
-                {"model", model}, {"choices", json::array({choice})}};
-  if (r.include_usage) chunk["usage"] = nullptr;
-  return chunk;
+  return chunk_of(r, std::move(choice), id, created, model);
 }
 
 json usage_chunk(const ParsedRequest& r, const std::string& id, int64_t created, const std::string& model,

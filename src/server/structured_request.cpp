@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "server/api_error.h"
+#include "server/request_fields.h"
 
 namespace kestrel::server {
 namespace {
@@ -12,15 +12,6 @@ namespace {
 using json = nlohmann::ordered_json;
 using grammar::Constraint;
 using grammar::ConstraintKind;
-
-[[noreturn]] void bad(const std::string& param, const std::string& message) {
-  throw ApiError(400, message, "invalid_request_error", param);
-}
-
-const json* field(const json& body, const char* name) {
-  const auto it = body.find(name);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
-}
 
 // A schema given as an object or as a JSON string (vLLM accepts both).
 std::string schema_text(const json& value, const std::string& param) {
@@ -104,8 +95,7 @@ void parse_structured_outputs(const json& body, StructuredRequest& r) {
   for (const auto& [key, value] : so->items()) {
     if (!known.count(key)) bad("structured_outputs", fmt::format("'structured_outputs.{}' is not supported", key));
   }
-  if (const json* v = field(*so, "whitespace_pattern")) {
-    (void)v;
+  if (field(*so, "whitespace_pattern") != nullptr) {
     bad("structured_outputs", "'structured_outputs.whitespace_pattern' is not supported (use disable_any_whitespace)");
   }
   std::optional<Constraint> c;
@@ -139,8 +129,7 @@ void parse_guided(const json& body, StructuredRequest& r) {
     set_constraint(r, std::move(c), "guided_choice");
   }
   if (const json* v = field(body, "guided_grammar")) set_constraint(r, make(ConstraintKind::Grammar, string_field(*v, "guided_grammar")), "guided_grammar");
-  if (const json* v = field(body, "guided_whitespace_pattern")) {
-    (void)v;
+  if (field(body, "guided_whitespace_pattern") != nullptr) {
     bad("guided_whitespace_pattern", "'guided_whitespace_pattern' is not supported");
   }
   if (const json* v = field(body, "guided_decoding_backend")) {
@@ -184,10 +173,7 @@ void parse_tools(const json& body, bool chat, StructuredRequest& r) {
     r.tools.push_back(std::move(f));
   }
   r.tool_choice = r.tools.empty() ? ToolChoice::None : ToolChoice::Auto;
-  if (const json* parallel = field(body, "parallel_tool_calls")) {
-    if (!parallel->is_boolean()) bad("parallel_tool_calls", "'parallel_tool_calls' must be true or false");
-    r.parallel_tool_calls = parallel->get<bool>();
-  }
+  r.parallel_tool_calls = boolean(body, "parallel_tool_calls", true);
   if (choice == nullptr) return;
   if (choice->is_string()) {
     const std::string c = choice->get<std::string>();

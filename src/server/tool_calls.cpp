@@ -4,11 +4,6 @@
 #include <set>
 
 namespace kestrel::server {
-namespace {
-
-using json = nlohmann::json;
-
-}  // namespace
 
 std::string new_tool_call_id() {
   static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
@@ -19,6 +14,8 @@ std::string new_tool_call_id() {
 }
 
 namespace {
+
+using json = nlohmann::json;
 
 json call(const std::string& name, const std::string& arguments) {
   return {{"id", new_tool_call_id()}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};

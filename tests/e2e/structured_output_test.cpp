@@ -97,6 +97,35 @@ std::vector<TokenId> walk_and_check(const Vocab& v, const Constraint& c, const s
   return {history.begin() + std::ptrdiff_t(prompt.size()), history.end()};
 }
 
+// The engine settings of these tests: 2 threads, a 512-token context, 32 MiB of K/V.
+EngineConfig stories_config() {
+  EngineConfig config;
+  config.num_threads = 2;
+  config.max_model_len = 512;
+  config.kv_memory_bytes = int64_t(32) << 20;
+  return config;
+}
+
+// A draft model: stories260K with every matrix in Q4_0 (close to it, but not the same).
+std::unique_ptr<Model> q4_0_draft() {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("kestrel_grammar_draft_" + std::to_string(::getpid()) + ".gguf")).string();
+  requantize_gguf(test::shared_model_path("stories260K.gguf"), path, DType::Q4_0, [](const RequantizeNote&) {});
+  std::unique_ptr<Model> draft = Model::load(path);
+  std::filesystem::remove(path);
+  return draft;
+}
+
+// Drafting with `draft`, 4 tokens, always (the mechanism under test, not the policy).
+SpecConfig draft_model_spec(const Model* draft) {
+  SpecConfig s;
+  s.method = SpecMethod::DraftModel;
+  s.draft_model = draft;
+  s.num_spec_tokens = 4;
+  s.adaptive = false;
+  return s;
+}
+
 // Four seeded requests of `prompt` under `grammar` through one engine built from `config`.
 struct GrammarRun {
   std::vector<std::vector<TokenId>> outputs;  // in request order
@@ -108,9 +137,6 @@ struct GrammarRun {
 GrammarRun run_grammar(const Model& model, const Tokenizer& tokenizer, const std::vector<TokenId>& prompt,
                        std::shared_ptr<const grammar::CompiledGrammar> grammar, EngineConfig config, float temperature,
                        int max_tokens) {
-  config.num_threads = 2;
-  config.max_model_len = 512;
-  config.kv_memory_bytes = int64_t(32) << 20;
   LLMEngine engine(model, config, tokenizer.stop_token_ids());
   std::map<RequestId, std::vector<TokenId>> outputs;
   std::map<RequestId, FinishReason> finish;
@@ -151,7 +177,7 @@ class StructuredStories : public ::testing::Test {
     delete tokenizer_;
     delete model_;
   }
-  static Vocab vocab() { return {tokenizer_, model_->config().n_vocab, compiler_}; }
+  static Vocab vocab() { return {tokenizer_, int32_t(model_->config().n_vocab), compiler_}; }
   template <typename IsPrefix, typename IsComplete>
   static std::vector<TokenId> oracle(const std::string& prefix, IsPrefix is_prefix, IsComplete is_complete) {
     return kestrel::oracle(vocab(), prefix, is_prefix, is_complete);
@@ -309,11 +335,7 @@ TEST_F(StructuredStories, SampledJsonFollowsTheSchema) {
   const auto compiled = compiler_->compile(c);
   const std::vector<TokenId> prompt = tokenizer_->encode("Once upon a time", true, false);
   for (bool constrained : {true, false}) {
-    EngineConfig config;
-    config.num_threads = 2;
-    config.max_model_len = 512;
-    config.kv_memory_bytes = int64_t(32) << 20;
-    LLMEngine engine(*model_, config, tokenizer_->stop_token_ids());
+    LLMEngine engine(*model_, stories_config(), tokenizer_->stop_token_ids());
     std::map<RequestId, std::vector<TokenId>> outputs;
     std::map<RequestId, FinishReason> finish;
     for (int seed = 1; seed <= 8; ++seed) {
@@ -363,19 +385,13 @@ TEST_F(StructuredStories, SampledJsonFollowsTheSchema) {
 // Speculation under a grammar: drafts the grammar refuses are rejected, rows after a rejection
 // roll the matcher back, and the output is plain decoding's, token for token.
 TEST_F(StructuredStories, SpeculationUnderAGrammarEqualsPlainDecoding) {
-  const std::string path = test::shared_model_path("stories260K.gguf");
-  const std::string draft_path = (std::filesystem::temp_directory_path() /
-                                  ("kestrel_grammar_draft_" + std::to_string(::getpid()) + ".gguf")).string();
-  requantize_gguf(path, draft_path, DType::Q4_0, [](const RequantizeNote&) {});
-  const std::unique_ptr<Model> draft = Model::load(draft_path);
-  std::filesystem::remove(draft_path);
-
+  const std::unique_ptr<Model> draft = q4_0_draft();
   Constraint c;
   c.kind = ConstraintKind::Regex;
   c.text = "(Once upon a time, [a-z ]{1,40}\\. ){2,4}The end\\.";
   const auto compiled = compiler_->compile(c);
   const std::vector<TokenId> prompt = tokenizer_->encode("Once upon a time", true, false);
-  EngineConfig plain;
+  EngineConfig plain = stories_config();
   plain.grammar_jump_forward = false;
   SpecConfig ngram;
   ngram.method = SpecMethod::Ngram;
@@ -383,11 +399,7 @@ TEST_F(StructuredStories, SpeculationUnderAGrammarEqualsPlainDecoding) {
   ngram.ngram_min = 1;
   ngram.ngram_max = 3;
   ngram.adaptive = false;
-  SpecConfig model_drafts;
-  model_drafts.method = SpecMethod::DraftModel;
-  model_drafts.draft_model = draft.get();
-  model_drafts.num_spec_tokens = 4;
-  model_drafts.adaptive = false;
+  const SpecConfig model_drafts = draft_model_spec(draft.get());
   for (float temperature : {0.0f, 0.8f}) {
     const auto reference = run_grammar(*model_, *tokenizer_, prompt, compiled, plain, temperature, 200).outputs;
     for (const auto& outputs : reference) {
@@ -395,7 +407,7 @@ TEST_F(StructuredStories, SpeculationUnderAGrammarEqualsPlainDecoding) {
       EXPECT_TRUE(story_complete(tokenizer_->decode(outputs, false))) << tokenizer_->decode(outputs, false);
     }
     for (const SpecConfig& s : {ngram, model_drafts}) {
-      EngineConfig config;
+      EngineConfig config = stories_config();
       config.spec = s;
       const GrammarRun run = run_grammar(*model_, *tokenizer_, prompt, compiled, config, temperature, 200);
       EXPECT_EQ(run.outputs, reference) << spec_method_name(s.method) << " at temperature " << temperature;
@@ -441,7 +453,7 @@ TEST_F(StructuredStories, JumpForwardIsExactAndTakesFewerSteps) {
   const auto compiled = compiler_->compile(c);
   const std::vector<TokenId> prompt = tokenizer_->encode("Once upon a time", true, false);
   for (float temperature : {0.0f, 0.8f}) {
-    EngineConfig config;
+    EngineConfig config = stories_config();
     config.grammar_jump_forward = false;
     const GrammarRun plain = run_grammar(*model_, *tokenizer_, prompt, compiled, config, temperature, 300);
     config.grammar_jump_forward = true;
@@ -508,11 +520,7 @@ TEST_F(StructuredStories, ADeadEndEndsTheRequestWithAnError) {
   Constraint c;
   c.kind = ConstraintKind::Grammar;
   c.text = "root ::= \"a\" [^\\x00-\\U0010FFFF]";
-  EngineConfig config;
-  config.num_threads = 2;
-  config.max_model_len = 256;
-  config.kv_memory_bytes = int64_t(8) << 20;
-  LLMEngine engine(*model_, config, tokenizer_->stop_token_ids());
+  LLMEngine engine(*model_, stories_config(), tokenizer_->stop_token_ids());
   RequestSpec spec;
   spec.prompt = tokenizer_->encode("Once upon a time", true, false);
   spec.max_tokens = 50;
@@ -536,16 +544,9 @@ TEST_F(StructuredStories, ADeadEndEndsTheRequestWithAnError) {
 
   // With a draft model drafting through the same chain: its row at the dead end can only propose
   // the stop token, and the rows after that draft follow it without matching.
-  const std::string draft_path = (std::filesystem::temp_directory_path() /
-                                  ("kestrel_dead_end_draft_" + std::to_string(::getpid()) + ".gguf")).string();
-  requantize_gguf(test::shared_model_path("stories260K.gguf"), draft_path, DType::Q4_0, [](const RequantizeNote&) {});
-  const std::unique_ptr<Model> draft = Model::load(draft_path);
-  std::filesystem::remove(draft_path);
-  EngineConfig speculating;
-  speculating.spec.method = SpecMethod::DraftModel;
-  speculating.spec.draft_model = draft.get();
-  speculating.spec.num_spec_tokens = 4;
-  speculating.spec.adaptive = false;
+  const std::unique_ptr<Model> draft = q4_0_draft();
+  EngineConfig speculating = stories_config();
+  speculating.spec = draft_model_spec(draft.get());
   for (const float temperature : {0.0f, 0.8f}) {
     const GrammarRun run = run_grammar(*model_, *tokenizer_, spec.prompt, compiler_->compile(c), speculating, temperature, 50);
     EXPECT_EQ(run.finish, std::vector<FinishReason>(4, FinishReason::Error)) << "temperature " << temperature;
@@ -596,11 +597,7 @@ TEST_F(StructuredStories, BadConstraintsAreClearErrors) {
       "required": ["id", "items"]})"),
             "no error");
 
-  EngineConfig config;
-  config.num_threads = 1;
-  config.max_model_len = 256;
-  config.kv_memory_bytes = int64_t(8) << 20;
-  LLMEngine engine(*model_, config, tokenizer_->stop_token_ids());
+  LLMEngine engine(*model_, stories_config(), tokenizer_->stop_token_ids());
   RequestSpec spec;
   spec.prompt = tokenizer_->encode("Once", true, false);
   spec.grammar = compiler_->compile(regex_constraint());

@@ -1,5 +1,6 @@
-// Structured-output options of `run` (llama.cpp's names): --grammar GBNF, --grammar-file FILE,
-// -j/--json-schema SCHEMA, --json-schema-file FILE, plus --regex R and --json (any JSON object).
+// Structured-output options of `run` and `batch` (llama.cpp's names): --grammar GBNF|FILE,
+// --grammar-file FILE, -j/--json-schema SCHEMA|FILE, --json-schema-file FILE, plus --regex R and
+// --json (any JSON object). A --grammar or --json-schema argument that names a file is read.
 #pragma once
 
 #include <memory>

@@ -85,6 +85,16 @@ TEST(Cli, RunAndBatchFollowAGrammar) {
   ASSERT_TRUE(j.is_object()) << r.out;
   EXPECT_TRUE(j["n"].is_number_integer() && j["n"] >= 0 && j["n"] <= 9) << r.out;
 
+  // --json-schema FILE (the issue's spelling) as well as inline.
+  {
+    std::ofstream schema(dir + "/schema.json");
+    schema << R"({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})";
+  }
+  r = run_kestrel("run " + kStories + " -p \"Once upon a time\" -n 300 --seed 5 --json-schema " + dir + "/schema.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json from_file = nlohmann::json::parse(r.out, nullptr, false);
+  EXPECT_TRUE(from_file.is_object() && from_file.size() == 1 && from_file["ok"].is_boolean()) << r.out;
+
   r = run_kestrel("run " + kStories + " -p x -n 8 --regex '(ab'");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err.rfind("error: invalid regex: ", 0), 0u) << r.err;

@@ -9,7 +9,8 @@ packages=(
   clang libclang-rt-14-dev                 # libFuzzer target for the GGUF reader
   g++-aarch64-linux-gnu                    # scripts/check_portable.sh: the portable sources build for ARM
   libgtest-dev libgmock-dev libbenchmark-dev
-  libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libxxhash-dev
+  libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev
+  libboost1.74-dev                         # Boost.Beast/Asio: the server's HTTP layer (headers only)
   libeigen3-dev                            # dense linear algebra for GPTQ (src/calib)
   python3 python3-venv
 )

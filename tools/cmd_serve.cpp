@@ -1,5 +1,8 @@
 // kestrel serve MODEL: the OpenAI-compatible HTTP server.
+#include <atomic>
+#include <chrono>
 #include <csignal>
+#include <sys/resource.h>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -19,6 +22,15 @@
 namespace kestrel::cli {
 namespace {
 
+// A duration option given in seconds (fractions allowed), range-checked.
+void add_seconds_option(CLI::App& cmd, const std::string& name, std::chrono::milliseconds& target, double lo,
+                        double hi, const std::string& help) {
+  cmd.add_option_function<double>(
+         name, [&target](double seconds) { target = std::chrono::milliseconds(int64_t(seconds * 1000.0 + 0.5)); },
+         fmt::format("{} (default {:g})", help, double(target.count()) / 1000.0))
+      ->check(CLI::Range(lo, hi));
+}
+
 struct ServeOptions {
   std::string model;
   EngineOptions engine;
@@ -32,6 +44,12 @@ void serve(ServeOptions& o) {
   const auto model = Model::load(o.model);
   const auto tokenizer = Tokenizer::from_gguf(model->file());
   const std::optional<chat::ChatTemplate> chat_template = load_chat_template(o.chat_template, model->file());
+
+  // Every connection is a file descriptor: take the whole allowance the system grants.
+  if (rlimit files{}; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
 
   // Block the stop signals in every thread; one thread waits for them and stops the server.
   sigset_t signals;
@@ -64,15 +82,27 @@ void serve(ServeOptions& o) {
                        "their out-of-window KV blocks (--keep-window-blocks keeps them and turns it on)\n");
   }
   std::fflush(stderr);
+  // The first SIGINT/SIGTERM drains: no new connections, running requests get up to
+  // --shutdown-timeout; a second one ends them at once.
+  std::atomic<bool> served{false};
   std::thread stopper([&] {
     int signal = 0;
     sigwait(&signals, &signal);
-    http.stop();
+    if (served.load()) return;
+    fmt::print(stderr, "kestrel: shutting down: running requests have {:.0f} s to finish (signal again to end them now)\n",
+               std::chrono::duration<double>(o.http.shutdown_timeout).count());
+    http.shutdown();
+    sigwait(&signals, &signal);
+    if (served.load()) return;
+    fmt::print(stderr, "kestrel: ending running requests now\n");
+    http.abort();
   });
   http.serve();
-  // serve() also returns if the listener fails; make sure the signal thread ends too.
+  served.store(true);
+  // serve() also returns if the listener fails; wake the signal thread so it ends too.
   pthread_kill(stopper.native_handle(), SIGTERM);
   stopper.join();
+  fmt::print(stderr, "kestrel: stopped\n");
 }
 
 }  // namespace
@@ -89,11 +119,26 @@ void register_serve(CLI::App& app) {
                   "built-in template name or a Jinja file (default: the model's own)");
   cmd->add_option("--max-queue", options->max_queue, "queued requests beyond which new ones get 503")
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-body-bytes", options->http.max_body_bytes, "larger request bodies get 413");
+  server::HttpLimits& limits = options->http.limits;
+  cmd->add_option("--max-body-bytes", limits.max_body_bytes, "larger request bodies get 413")
+      ->check(CLI::Range(size_t(1), size_t(1) << 34));
   cmd->add_flag_function("--compact-json", [o = options.get()](int64_t) { o->http.json_any_whitespace = false; },
                 "structured output's JSON without free whitespace (vLLM's disable_any_whitespace; a request can still ask)");
-  cmd->add_option("--http-threads", options->http.http_threads, "connections served at once")
-      ->check(CLI::Range(2, 4096));
+  add_seconds_option(*cmd, "--shutdown-timeout", options->http.shutdown_timeout, 0, 86400,
+                     "on SIGTERM/SIGINT, seconds running requests may go on before they are ended");
+  add_seconds_option(*cmd, "--head-timeout", limits.head_timeout, 0.1, 3600,
+                     "seconds a client has to send a request line and headers, in all");
+  add_seconds_option(*cmd, "--body-timeout", limits.body_timeout, 0.1, 3600, "seconds a client has to send a body");
+  add_seconds_option(*cmd, "--keep-alive-timeout", limits.idle_timeout, 0, 3600,
+                     "seconds an idle kept-alive connection stays open");
+  add_seconds_option(*cmd, "--write-timeout", limits.write_timeout, 0.1, 3600,
+                     "seconds a write to a client may take before the client counts as gone");
+  cmd->add_option("--max-connections", limits.max_connections,
+                  "connections open at once; at the cap the oldest one still sending its request head is closed")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-connections-per-client", limits.max_connections_per_client,
+                  "connections open at once from one address (same rule)")
+      ->check(CLI::Range(1, 1 << 20));
   add_engine_options(*cmd, options->engine);
   cmd->callback([options] { serve(*options); });
 }

@@ -23,6 +23,15 @@ inline size_t utf8_sequence_length(uint8_t lead) {
 // sequence (which may still be completed by later bytes) is excluded.
 size_t utf8_complete_prefix(std::string_view text);
 
+// Characters in text as Python and JavaScript count them (code points): every byte that does not
+// continue a sequence starts one, so a piece that ends mid-character counts the character once,
+// where it starts.
+inline size_t utf8_char_count(std::string_view text) {
+  size_t count = 0;
+  for (unsigned char c : text) count += (c & 0xc0) != 0x80;
+  return count;
+}
+
 // Splits text into UTF-8 characters (invalid bytes become one-byte pieces).
 std::vector<std::string_view> utf8_split_chars(std::string_view text);
 

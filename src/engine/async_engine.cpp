@@ -82,6 +82,7 @@ std::shared_ptr<RequestStream> AsyncEngine::submit(const GenerateRequest& reques
   pending.spec.ignore_eos = request.ignore_eos;
   pending.spec.prefix_source = request.prefix_source;
   pending.spec.grammar = request.grammar;
+  pending.spec.prompt_logprobs = request.prompt_logprobs;
   pending.stop = request.stop;
   pending.stream = std::make_shared<RequestStream>(pending.spec.id);
   pending.arrival = Clock::now();
@@ -164,6 +165,9 @@ void AsyncEngine::process(const std::vector<RequestOutput>& outputs) {
     active.draft_tokens = out.num_draft_tokens;
     active.accepted_draft_tokens = out.num_accepted_tokens;
     GenerationEvent event;
+    for (const SampleResult& scored : out.prompt_logprobs) {
+      event.prompt_logprobs.push_back({scored.token, scored.logprob, scored.top_logprobs});
+    }
     event.draft_tokens = active.draft_tokens;
     event.accepted_draft_tokens = active.accepted_draft_tokens;
     for (const SampleResult& sample : out.new_tokens) {

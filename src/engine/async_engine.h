@@ -33,6 +33,10 @@ struct GeneratedToken {
 struct GenerationEvent {
   std::string text;                     // newly final text
   std::vector<GeneratedToken> tokens;   // tokens generated since the last event
+  // With GenerateRequest::prompt_logprobs, in the request's first event: every prompt token with
+  // its logprob under the model given the tokens before it (the first one NaN: nothing predicts
+  // it) and its top alternatives (sampling.top_logprobs of them).
+  std::vector<GeneratedToken> prompt_logprobs;
   bool finished = false;
   FinishReason finish_reason = FinishReason::None;
   std::string matched_stop;             // the stop string that ended the request, if any
@@ -69,6 +73,7 @@ struct GenerateRequest {
   bool ignore_eos = false;
   RequestId prefix_source = 0;  // see RequestSpec
   std::shared_ptr<const grammar::CompiledGrammar> grammar;  // structured output (compile_grammar)
+  bool prompt_logprobs = false;  // score the prompt (GenerationEvent::prompt_logprobs)
 };
 
 enum class RejectReason { Invalid, QueueFull };

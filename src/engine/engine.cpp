@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -18,6 +19,8 @@ SchedulerConfig make_scheduler_config(const Model& model, const EngineConfig& co
   s.max_num_batched_tokens = config.max_num_batched_tokens;
   s.policy = config.policy;
   s.streaming = config.attention_sinks >= 0;
+  // Prompt scoring's rows per step: at most 64 Mi floats (256 MiB) of logits.
+  s.max_prompt_logits = std::max<int64_t>(16, (int64_t(64) << 20) / std::max<int64_t>(1, model.config().n_vocab));
   return s;
 }
 
@@ -67,6 +70,7 @@ RequestId LLMEngine::add_request(RequestSpec spec) {
   request->stop_tokens = stop_tokens_;
   request->ignore_eos = spec.ignore_eos;
   request->prefix_source = spec.prefix_source;
+  request->prompt_logprobs = spec.prompt_logprobs;
   const RequestId id = request->id;
   const std::string invalid = spec.sampling.validate();
   if (!invalid.empty()) fail("request rejected: {}", invalid);
@@ -74,8 +78,15 @@ RequestId LLMEngine::add_request(RequestSpec spec) {
     fail("request rejected: ignore_eos cannot be combined with a grammar (nothing may follow a complete output)");
   }
   const size_t prompt_length = request->tokens.size();
+  const TokenId spec_first_token = request->tokens.empty() ? -1 : request->tokens.front();
   scheduler_.add_request(std::move(request));
-  RequestState state{Sampler(spec.sampling), spec.speculate};
+  RequestState state{Sampler(spec.sampling), spec.speculate, nullptr, {}, spec.prompt_logprobs};
+  if (spec.prompt_logprobs) {
+    SampleResult first;  // nothing predicts the first token
+    first.token = spec_first_token;
+    first.logprob = std::numeric_limits<float>::quiet_NaN();
+    state.prompt_logprobs.push_back(std::move(first));
+  }
   if (spec.grammar) {
     auto mask = std::make_unique<grammar::GrammarMaskProcessor>(spec.grammar, prompt_length);
     state.grammar = mask.get();
@@ -112,6 +123,21 @@ std::vector<TokenId> LLMEngine::produce(const ScheduledRequest& s, std::span<flo
   const std::vector<TokenId> produced = verify_drafts(sampler, rows, s.request->tokens, s.request->draft_tokens, dists, samples);
   if (speculator_) speculator_->record(s.request->id, int(s.num_draft_tokens), int(produced.size()) - 1);
   return produced;
+}
+
+void LLMEngine::score_prompt(const ScheduledRequest& s, std::span<const float> rows) {
+  RequestState& state = states_.at(s.request->id);
+  if (!state.scores_prompt) return;
+  const size_t n_vocab = size_t(model_.config().n_vocab);
+  const int top_n = std::max(0, state.sampler.params().top_logprobs);
+  for (int64_t r = 0; r < s.num_prompt_logits; ++r) {
+    const int64_t predicted = s.num_computed_tokens + r + 1;  // the position this row predicts
+    if (predicted != int64_t(state.prompt_logprobs.size())) continue;  // scored before a preemption
+    SampleResult result;
+    result.token = s.request->tokens[size_t(predicted)];
+    compute_logprobs(rows.subspan(size_t(r) * n_vocab, n_vocab), result.token, top_n, &result);
+    state.prompt_logprobs.push_back(std::move(result));
+  }
 }
 
 void LLMEngine::attach_forced_drafts() {
@@ -161,7 +187,8 @@ std::vector<RequestOutput> LLMEngine::step() {
     }
     chunk.start_position = s.num_computed_tokens;
     for (int g = 0; g < kv_.num_groups(); ++g) chunk.block_tables.push_back(kv_.block_table(s.request->id, g));
-    chunk.logits_from = s.samples() ? s.num_scheduled_tokens - s.num_logits : -1;
+    const int64_t rows = s.num_logits + s.num_prompt_logits;
+    chunk.logits_from = rows > 0 ? s.num_scheduled_tokens - rows : -1;
     chunks.push_back(chunk);
   }
   const auto start = std::chrono::steady_clock::now();
@@ -180,6 +207,10 @@ std::vector<RequestOutput> LLMEngine::step() {
   for (size_t i = 0; i < plan.scheduled.size(); ++i) {
     const ScheduledRequest& s = plan.scheduled[i];
     tokens_before[i] = s.request->num_tokens();
+    if (s.num_prompt_logits > 0) {
+      score_prompt(s, logits.subspan(row * n_vocab, size_t(s.num_prompt_logits) * n_vocab));
+      row += size_t(s.num_prompt_logits);
+    }
     if (!s.samples()) continue;
     produced[i] = produce(s, logits.subspan(row * n_vocab, size_t(s.num_logits) * n_vocab), &results[i]);
     row += size_t(s.num_logits);
@@ -201,6 +232,10 @@ std::vector<RequestOutput> LLMEngine::step() {
     const size_t kept = size_t(s.request->num_tokens() - tokens_before[i]);
     results[i].resize(std::min(kept, results[i].size()));
     out.new_tokens = std::move(results[i]);
+    if (RequestState& state = states_.at(s.request->id); state.scores_prompt && !out.new_tokens.empty()) {
+      out.prompt_logprobs = std::move(state.prompt_logprobs);
+      state.scores_prompt = false;
+    }
     out.num_prompt_tokens = s.request->num_prompt_tokens;
     out.num_output_tokens = s.request->num_output_tokens();
     out.num_cached_tokens = std::max<int64_t>(0, s.request->num_cached_tokens);

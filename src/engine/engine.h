@@ -33,6 +33,8 @@ struct RequestSpec {
   // Structured output: the output must match this grammar (grammar::GrammarCompiler::compile);
   // null: unconstrained. Its token mask runs in the request's processor chain.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // Score the prompt (RequestOutput::prompt_logprobs), with sampling.top_logprobs alternatives.
+  bool prompt_logprobs = false;
 };
 
 // What one step produced for one request.
@@ -44,6 +46,10 @@ struct RequestOutput {
   bool finished = false;
   FinishReason finish_reason = FinishReason::None;
   std::string error;  // FinishReason::Error: why (e.g. the request's grammar reached a dead end)
+  // With RequestSpec::prompt_logprobs, in the output that brings the first new token: each prompt
+  // token's logprob given the tokens before it (raw logits, as generated tokens' logprobs), the
+  // first one NaN.
+  std::vector<SampleResult> prompt_logprobs;
   int64_t num_prompt_tokens = 0;
   int64_t num_output_tokens = 0;
   int64_t num_cached_tokens = 0;  // prompt tokens whose K/V came from the prefix cache
@@ -93,7 +99,13 @@ class LLMEngine {
     Sampler sampler;
     bool speculate = true;
     grammar::GrammarMaskProcessor* grammar = nullptr;  // in the sampler's chain, if any
+    // Prompt scoring: the prompt tokens scored so far (a recompute after preemption scores
+    // nothing twice); handed out with the first new token.
+    std::vector<SampleResult> prompt_logprobs;
+    bool scores_prompt = false;
   };
+  // A prompt-scoring request's rows for positions before its last prompt token.
+  void score_prompt(const ScheduledRequest& s, std::span<const float> rows);
   // Jump-forward: the grammar-forced tokens of decoding requests as one-hot drafts.
   void attach_forced_drafts();
   // Logits rows [num_logits][n_vocab] of one scheduled request -> the tokens it produced.

@@ -44,6 +44,9 @@ struct Request {
   // generate until max_tokens.
   std::vector<TokenId> stop_tokens;
   bool ignore_eos = false;            // stop tokens do not end the request
+  // Score the prompt: every prompt position gets a logits row as it is computed (the prefix
+  // cache is not used for it, and chunks are capped at SchedulerConfig::max_prompt_logits).
+  bool prompt_logprobs = false;
   // Drafts for the next step (set before schedule(); the scheduler may shorten them to what the
   // budget, max_tokens and the context allow; cleared by update_from_output).
   std::vector<TokenId> draft_tokens;

@@ -95,6 +95,21 @@ void Scheduler::preempt(Request* request, SchedulerOutput& output) {
   enqueue_waiting(request);
 }
 
+namespace {
+
+// A prompt-scoring request's chunk is capped while it still computes prompt positions.
+int64_t chunk_limit(const Request& request, int64_t computed, int64_t budget, int64_t max_prompt_logits) {
+  if (!request.prompt_logprobs || computed >= request.num_prompt_tokens - 1) return budget;
+  return std::min(budget, max_prompt_logits);
+}
+
+int64_t prompt_rows(const Request& request, int64_t computed, int64_t num_new) {
+  if (!request.prompt_logprobs) return 0;
+  return std::max<int64_t>(0, std::min(computed + num_new, request.num_prompt_tokens - 1) - computed);
+}
+
+}  // namespace
+
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput output;
   int64_t budget = config_.max_num_batched_tokens;
@@ -105,7 +120,7 @@ SchedulerOutput Scheduler::schedule() {
     Request* request = running_[i];
     const int64_t computed = request->num_computed_tokens;
     const int64_t remaining = request->num_tokens() - computed;
-    const int64_t num_new = std::min(remaining, budget);
+    const int64_t num_new = std::min(remaining, chunk_limit(*request, computed, budget, config_.max_prompt_logits));
     int64_t drafts = 0;
     if (num_new == remaining) {
       drafts = std::min({int64_t(request->draft_tokens.size()), budget - num_new, draft_limit(*request)});
@@ -133,7 +148,8 @@ SchedulerOutput Scheduler::schedule() {
     }
     if (!scheduled) continue;  // running_[i] is now the next request
     const bool reaches_end = computed + num_new == request->num_tokens();
-    output.scheduled.push_back({request, computed, num_new + drafts, drafts, reaches_end ? 1 + drafts : 0});
+    output.scheduled.push_back({request, computed, num_new + drafts, drafts, reaches_end ? 1 + drafts : 0,
+                                prompt_rows(*request, computed, num_new)});
     output.num_scheduled_tokens += num_new + drafts;
     budget -= num_new + drafts;
     ++i;
@@ -149,10 +165,17 @@ SchedulerOutput Scheduler::schedule() {
     if (waits_for_prefix_source(*request)) break;
     // Reuse every cached full block of the tokens (never the last token: it must be computed to
     // give logits). A preempted request finds its own blocks again if they were not evicted.
-    const CachedPrefix prefix = kv_.find_cached_prefix(
-        std::span<const TokenId>(request->tokens).first(size_t(request->num_tokens() - 1)));
-    const int64_t num_new = std::min(request->num_tokens() - prefix.num_tokens, budget);
-    if (!kv_.allocate_slots(request->id, prefix.num_tokens + num_new, &prefix, prefix.num_tokens)) break;
+    // A prompt-scoring request computes every position: it needs each one's logits.
+    const CachedPrefix prefix = request->prompt_logprobs
+                                    ? CachedPrefix{}
+                                    : kv_.find_cached_prefix(std::span<const TokenId>(request->tokens)
+                                                                 .first(size_t(request->num_tokens() - 1)));
+    const int64_t num_new = std::min(request->num_tokens() - prefix.num_tokens,
+                                     chunk_limit(*request, prefix.num_tokens, budget, config_.max_prompt_logits));
+    if (!kv_.allocate_slots(request->id, prefix.num_tokens + num_new, request->prompt_logprobs ? nullptr : &prefix,
+                            prefix.num_tokens)) {
+      break;
+    }
     kv_.record_prefix_query(request->num_tokens(), prefix.num_tokens);
     request->num_computed_tokens = prefix.num_tokens;
     if (request->num_cached_tokens < 0) request->num_cached_tokens = prefix.num_tokens;
@@ -162,7 +185,8 @@ SchedulerOutput Scheduler::schedule() {
     running_.push_back(request);
     output.admitted.push_back(request->id);
     const bool reaches_end = request->num_computed_tokens + num_new == request->num_tokens();
-    output.scheduled.push_back({request, request->num_computed_tokens, num_new, 0, reaches_end ? 1 : 0});
+    output.scheduled.push_back({request, request->num_computed_tokens, num_new, 0, reaches_end ? 1 : 0,
+                                prompt_rows(*request, request->num_computed_tokens, num_new)});
     output.num_scheduled_tokens += num_new;
     budget -= num_new;
   }

@@ -35,6 +35,9 @@ struct SchedulerConfig {
   // Streaming (attention sinks over a rolling window of max_model_len): a sequence may run past
   // max_model_len; only max_tokens (and the int32 position range) ends it.
   bool streaming = false;
+  // Logits rows a prompt-scoring request may ask for in one step (bounds the logits memory:
+  // rows x vocabulary floats).
+  int64_t max_prompt_logits = 512;
 };
 
 struct ScheduledRequest {
@@ -47,6 +50,9 @@ struct ScheduledRequest {
   // Logits rows wanted, the last ones of the chunk: 0 mid-prefill; 1 + num_draft_tokens when the
   // chunk reaches the last known token (row i predicts the token after draft i).
   int64_t num_logits = 0;
+  // A prompt-scoring request's rows for the chunk's positions before the prompt's last one (row i
+  // predicts prompt token num_computed_tokens + i + 1); they come first, the num_logits rows last.
+  int64_t num_prompt_logits = 0;
 
   bool samples() const { return num_logits > 0; }
 };

@@ -37,8 +37,10 @@ CompletionRun::CompletionRun(AsyncEngine& engine, const ParsedRequest& r) : engi
         // Choice j of a seeded request uses seed + j: reproducible, yet the choices differ.
         g.sampling.seed = r.seeded ? r.sampling.seed + uint64_t(j)
                                    : (uint64_t(entropy()) << 32 | uint64_t(entropy()));
-        g.max_tokens = r.max_tokens >= 0 ? r.max_tokens
+        // max_tokens 0 (scoring a prompt with echo): one token is generated and left out of the answer.
+        g.max_tokens = r.max_tokens >= 0 ? std::max<int64_t>(1, r.max_tokens)
                                          : std::max<int64_t>(1, engine.max_request_tokens() - int64_t(prompt.size()));
+        g.prompt_logprobs = r.prompt_logprobs;
         g.stop = r.stop;
         g.priority = r.priority;
         g.ignore_eos = r.ignore_eos;

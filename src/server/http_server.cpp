@@ -1,324 +1,207 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
-
-#include <chrono>
 #include <ctime>
-#include <random>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "server/api_error.h"
-#include "server/completion_run.h"
+#include "server/completion_handler.h"
 #include "server/openai_response.h"
 #include "server/prometheus.h"
-#include "server/tool_calls.h"
+#include "server/request_fields.h"
 
 namespace kestrel::server {
 namespace {
 
 using json = nlohmann::json;
-using namespace std::chrono_literals;
 
-// How long a response may go without a byte: a stream then sends an SSE comment and a
-// non-streaming response a space (JSON allows leading whitespace). Writing is the only way to
-// notice a client that went away, so it is also how an abandoned request gets aborted.
-constexpr auto kHeartbeat = 1000ms;
+HttpResponse json_response(const json& body) { return HttpResponse{200, "application/json", dump_json(body), {}}; }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status();
-  res.set_content(dump_json(error_json(e.status(), e.what(), e.type(), e.param(), e.code())),
-                  "application/json");
+// Byte-wise equal in time independent of where they differ (the key is a secret).
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i]) ^ uint8_t(i < b.size() ? b[i] : 0);
+  return diff == 0;
 }
 
-std::string random_id(const char* prefix) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("{}{:016x}", prefix, rng());
+// "Bearer KEY", the scheme in any case (RFC 7235: auth schemes are case-insensitive).
+bool authorized(const HttpRequest& request, const std::string& key) {
+  const std::string header = request.header("Authorization");
+  const size_t space = header.find(' ');
+  if (space == std::string::npos) return false;
+  std::string scheme = header.substr(0, space);
+  for (char& ch : scheme) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  size_t start = space;
+  while (start < header.size() && header[start] == ' ') ++start;
+  return scheme == "bearer" && same_secret(header.substr(start), key);
 }
 
-bool write_all(httplib::DataSink& sink, const std::string& data) {
-  return sink.write(data.data(), data.size());
-}
-
-// A content provider runs after the handler returned, outside httplib's exception handling: an
-// exception there must end this response (the connection closes), never the process.
-template <typename Body>
-std::function<bool(size_t, httplib::DataSink&)> guarded(Body body) {
-  return [body = std::move(body)](size_t, httplib::DataSink& sink) mutable {
-    try {
-      return body(sink);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "kestrel: response failed: %s\n", e.what());
-      return false;
+std::string percent_decoded(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+      out += char(std::stoi(text.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += text[i];
     }
-  };
+  }
+  return out;
+}
+
+nlohmann::ordered_json parse_body(const HttpRequest& request) {
+  auto body = nlohmann::ordered_json::parse(request.body, nullptr, false);
+  if (body.is_discarded()) throw ApiError(400, "malformed JSON body", "invalid_request_error", "", "invalid_json");
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  return body;
 }
 
 }  // namespace
 
 struct HttpServer::Impl {
   AsyncEngine& engine;
-  const chat::ChatTemplate* chat_template;
   ServerOptions options;
-  httplib::Server http;
-  int bound_port = -1;
+  CompletionContext completions;
+  std::unique_ptr<HttpTransport> transport;
 
   Impl(AsyncEngine& e, const chat::ChatTemplate* t, ServerOptions o)
-      : engine(e), chat_template(t), options(std::move(o)) {}
+      : engine(e), options(std::move(o)), completions{e, t, options.model_name, options.json_any_whitespace} {
+    transport = std::make_unique<HttpTransport>(routes(), options.limits);
+  }
 
-  void install_routes();
-  void handle_generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
-  void stream_response(std::shared_ptr<CompletionRun> run, std::shared_ptr<ParsedRequest> request,
-                       httplib::Response& res);
-  void full_response(std::shared_ptr<CompletionRun> run, std::shared_ptr<ParsedRequest> request,
-                     httplib::Response& res);
+  json model_json() const {
+    return {{"id", options.model_name}, {"object", "model"}, {"created", int64_t(std::time(nullptr))},
+            {"owned_by", "kestrel"}, {"max_model_len", engine.max_request_tokens()}};
+  }
+
+  Router routes();
+  HttpResponse tokenize(const HttpRequest& request) const;
+  HttpResponse detokenize(const HttpRequest& request) const;
 };
 
-void HttpServer::Impl::install_routes() {
-  const int threads = options.http_threads;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  http.set_payload_max_length(options.max_body_bytes);
-  http.set_read_timeout(30, 0);
-  http.set_write_timeout(30, 0);
-  http.set_keep_alive_timeout(5);
-
-  // Authentication for the API routes; /health and /metrics stay open for probes and scrapers.
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options.api_key.empty() || req.path.rfind("/v1/", 0) != 0) {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    if (req.get_header_value("Authorization") != "Bearer " + options.api_key) {
-      send_error(res, ApiError(401, "invalid API key: send 'Authorization: Bearer <key>'",
-                               "authentication_error", "", "invalid_api_key"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
+Router HttpServer::Impl::routes() {
+  Router router;
+  router.error_body([](int status, const std::string& message) {
+    const char* type = status == 404 ? "not_found_error" : status >= 500 ? "server_error" : "invalid_request_error";
+    return error_response(ApiError(status, message, type));
   });
-  // Errors httplib produces itself (unknown route, body too large, bad request line) get bodies
-  // in OpenAI's format too.
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string message = fmt::format("HTTP {}", res.status);
-    std::string type = "invalid_request_error";
-    if (res.status == 404) {
-      message = fmt::format("no route {} {}", req.method, req.path);
-      type = "not_found_error";
-    } else if (res.status == 413) {
-      message = "the request body is too large";
-    }
-    res.set_content(dump_json(error_json(res.status, message, type, "", "")), "application/json");
-  });
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string message = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      message = e.what();
-    }
-    send_error(res, ApiError(500, message, "internal_error"));
+  // Authentication for everything but the probes (/health) and the scraper (/metrics).
+  router.before([this](const HttpRequest& request) -> std::optional<HttpResponse> {
+    if (options.api_key.empty() || request.path == "/health" || request.path == "/metrics") return std::nullopt;
+    if (authorized(request, options.api_key)) return std::nullopt;
+    HttpResponse response = error_response(ApiError(401, "invalid API key: send 'Authorization: Bearer <key>'",
+                                                    "authentication_error", "", "invalid_api_key"));
+    response.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return response;
   });
 
-  http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("{\"status\":\"ok\"}", "application/json");
+  router.quick("GET", "/health", [](const HttpRequest&) { return json_response({{"status", "ok"}}); });
+  router.quick("GET", "/metrics", [this](const HttpRequest&) {
+    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
+                        render_prometheus(engine.metrics(), options.model_name), {}};
   });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render_prometheus(engine.metrics(), options.model_name),
-                    "text/plain; version=0.0.4; charset=utf-8");
+  router.quick("GET", "/v1/models", [this](const HttpRequest&) {
+    return json_response({{"object", "list"}, {"data", json::array({model_json()})}});
   });
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    const json model = {{"id", options.model_name}, {"object", "model"}, {"created", int64_t(std::time(nullptr))},
-                        {"owned_by", "kestrel"}, {"max_model_len", engine.max_request_tokens()}};
-    res.set_content(dump_json({{"object", "list"}, {"data", json::array({model})}}), "application/json");
+  // Model ids may hold slashes ("Qwen/Qwen2.5-0.5B"): everything after the prefix is the id.
+  router.quick("GET", "/v1/models/*", [this](const HttpRequest& request) {
+    const std::string id = percent_decoded(request.path.substr(std::string("/v1/models/").size()));
+    if (id != options.model_name) {
+      return error_response(ApiError(404, fmt::format("the model '{}' does not exist (this server serves '{}')", id,
+                                                      options.model_name),
+                                      "not_found_error", "model", "model_not_found"));
+    }
+    return json_response(model_json());
   });
-  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generate(req, res, Endpoint::Completions);
+  router.blocking("POST", "/v1/completions", [this](const HttpRequest& request, ResponseStream& out) {
+    handle_completion(completions, request, out, Endpoint::Completions);
   });
-  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generate(req, res, Endpoint::ChatCompletions);
+  router.blocking("POST", "/v1/chat/completions", [this](const HttpRequest& request, ResponseStream& out) {
+    handle_completion(completions, request, out, Endpoint::ChatCompletions);
   });
+  router.blocking("POST", "/tokenize", [this](const HttpRequest& request, ResponseStream& out) {
+    out.send(tokenize(request));
+  });
+  router.blocking("POST", "/detokenize", [this](const HttpRequest& request, ResponseStream& out) {
+    out.send(detokenize(request));
+  });
+  return router;
 }
 
-void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Response& res,
-                                       Endpoint endpoint) {
+// llama-server's shapes: {"content", "add_special" = false, "parse_special" = true,
+// "with_pieces" = false} -> {"tokens": [id, ...]} or {"tokens": [{"id", "piece"}, ...]}, a piece
+// that is not valid UTF-8 given as its bytes.
+HttpResponse HttpServer::Impl::tokenize(const HttpRequest& request) const {
   try {
-    nlohmann::ordered_json body;
-    try {
-      body = nlohmann::ordered_json::parse(req.body);
-    } catch (const nlohmann::ordered_json::parse_error& e) {
-      throw ApiError(400, fmt::format("malformed JSON body: {}", e.what()));
+    const auto body = parse_body(request);
+    const auto* content = field(body, "content");
+    if (content == nullptr || !content->is_string()) bad("content", "'content' must be a string");
+    for (const auto& [key, value] : body.items()) {
+      if (key != "content" && key != "add_special" && key != "parse_special" && key != "with_pieces") {
+        bad(key, fmt::format("unrecognized request argument: {}", key));
+      }
     }
-    auto request = std::make_shared<ParsedRequest>(
-        endpoint == Endpoint::Completions
-            ? parse_completion_request(body, engine.tokenizer())
-            : parse_chat_request(body, engine.tokenizer(), chat_template));
-    if (!request->model.empty() && request->model != options.model_name) {
-      throw ApiError(404, fmt::format("the model '{}' does not exist (this server serves '{}')",
-                                      request->model, options.model_name),
-                     "not_found_error", "model", "model_not_found");
+    const Tokenizer& tokenizer = engine.tokenizer();
+    const std::vector<TokenId> tokens = tokenizer.encode(content->get<std::string>(), boolean(body, "add_special", false),
+                                                         boolean(body, "parse_special", true));
+    json out = json::array();
+    const bool with_pieces = boolean(body, "with_pieces", false);
+    for (TokenId id : tokens) {
+      if (!with_pieces) {
+        out.push_back(id);
+        continue;
+      }
+      const std::string piece = tokenizer.token_to_piece(id, true);
+      json text = json(piece);
+      try {
+        (void)text.dump();
+      } catch (const json::type_error&) {
+        text = json::array();
+        for (unsigned char ch : piece) text.push_back(int(ch));
+      }
+      out.push_back({{"id", id}, {"piece", text}});
     }
-    prepare_constraint(engine, *request, options.json_any_whitespace);
-    auto run = std::make_shared<CompletionRun>(engine, *request);
-    if (request->stream) {
-      stream_response(std::move(run), std::move(request), res);
-    } else {
-      full_response(std::move(run), std::move(request), res);
-    }
+    return json_response({{"tokens", out}});
   } catch (const ApiError& e) {
-    send_error(res, e);
+    return error_response(e);
   }
 }
 
-void HttpServer::Impl::stream_response(std::shared_ptr<CompletionRun> run,
-                                       std::shared_ptr<ParsedRequest> request, httplib::Response& res) {
-  const std::string id = random_id(request->endpoint == Endpoint::Completions ? "cmpl-" : "chatcmpl-");
-  const int64_t created = int64_t(std::time(nullptr));
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream", guarded([this, run, request, id, created](httplib::DataSink& sink) {
-        const Tokenizer& tokenizer = engine.tokenizer();
-        const std::string& model = options.model_name;
-        auto send = [&](const json& chunk) { return write_all(sink, "data: " + dump_json(chunk) + "\n\n"); };
-        std::vector<size_t> offsets(size_t(run->num_choices()), 0);
-        std::vector<int64_t> completion(size_t(run->num_choices()), 0);
-        std::vector<DraftCounts> drafts(size_t(run->num_choices()));
-        int64_t cached = 0;
-        bool ok = true;
-        for (int i = 0; i < run->num_choices() && ok; ++i) {
-          const bool chat = request->endpoint == Endpoint::ChatCompletions;
-          const std::string echo = request->echo ? request->prompt_texts[size_t(i / request->n)] : "";
-          if (chat || !echo.empty()) {
-            ok = send(stream_chunk(*request, i, echo, {}, FinishReason::None, tokenizer, id, created,
-                                   model, 0, chat));
-          }
-          offsets[size_t(i)] = echo.size();
-        }
-        std::string failure;
-        bool done = false;
-        const bool tools = request->endpoint == Endpoint::ChatCompletions &&
-                           request->structured.tool_choice != ToolChoice::None;
-        std::vector<std::string> held(size_t(run->num_choices()));      // tool choices' text until they end
-        std::vector<std::string> call_ids(size_t(run->num_choices()));  // a named tool choice's call
-        while (ok && !done) {
-          bool wrote = false;
-          done = run->pump(kHeartbeat, [&](int choice, GenerationEvent& event) {
-            completion[size_t(choice)] = event.completion_tokens;
-            drafts[size_t(choice)] = {event.draft_tokens, event.accepted_draft_tokens};
-            if (event.finished && choice % request->n == 0) cached += event.cached_prompt_tokens;
-            if (event.finish_reason == FinishReason::Error) failure = event.error;
-            if (event.text.empty() && event.tokens.empty() && !event.finished) return;
-            if (!ok) return;
-            if (tools && request->structured.tool_choice == ToolChoice::Named) {
-              // The call is known from the start: its arguments stream as they are generated.
-              std::string& call_id = call_ids[size_t(choice)];
-              if (call_id.empty()) {
-                call_id = new_tool_call_id();
-                ok = send(tool_arguments_chunk(*request, choice, call_id, request->structured.named_tool, "", nullptr, id,
-                                               created, model));
-              }
-              if (ok && !event.text.empty()) {
-                ok = send(tool_arguments_chunk(*request, choice, "", "", event.text, nullptr, id, created, model));
-              }
-              if (ok && event.finished && event.finish_reason != FinishReason::Error) {
-                ok = send(tool_arguments_chunk(*request, choice, "", "", "",
-                                               event.finish_reason == FinishReason::Length ? "length" : "stop", id,
-                                               created, model));
-              }
-              wrote = true;
-              return;
-            }
-            if (tools) {
-              held[size_t(choice)] += event.text;
-              if (!event.finished || event.finish_reason == FinishReason::Error) return;
-              ok = send(tool_reply_chunk(*request, choice, held[size_t(choice)], event.finish_reason, id, created, model));
-              wrote = true;
-              return;
-            }
-            ok = send(stream_chunk(*request, choice, event.text, event.tokens,
-                                   event.finished ? event.finish_reason : FinishReason::None,
-                                   tokenizer, id, created, model, offsets[size_t(choice)], false));
-            offsets[size_t(choice)] += event.text.size();
-            wrote = true;
-          });
-          if (ok && !wrote && !done) ok = write_all(sink, ": keep-alive\n\n");
-        }
-        if (!ok) return false;  // the client is gone: ~CompletionRun aborts what is left
-        if (!failure.empty()) {
-          send(error_json(500, failure, "internal_error", "", ""));
-        } else if (request->include_usage) {
-          int64_t total = 0;
-          for (int64_t c : completion) total += c;
-          DraftCounts all;
-          for (const DraftCounts& d : drafts) all.draft_tokens += d.draft_tokens, all.accepted_tokens += d.accepted_tokens;
-          send(usage_chunk(*request, id, created, model, run->prompt_tokens(), total, cached,
-                           engine.speculative() ? &all : nullptr));
-        }
-        write_all(sink, "data: [DONE]\n\n");
-        sink.done();
-        return true;
-      }));
-}
-
-void HttpServer::Impl::full_response(std::shared_ptr<CompletionRun> run,
-                                     std::shared_ptr<ParsedRequest> request, httplib::Response& res) {
-  res.set_chunked_content_provider("application/json", guarded([this, run, request](httplib::DataSink& sink) {
-    std::vector<ChoiceResult> choices(size_t(run->num_choices()));
-    int64_t cached = 0;
-    bool done = false;
-    while (!done) {
-      done = run->pump(kHeartbeat, [&](int choice, GenerationEvent& event) {
-        ChoiceResult& c = choices[size_t(choice)];
-        c.text += event.text;
-        for (auto& t : event.tokens) c.tokens.push_back(std::move(t));
-        c.completion_tokens = event.completion_tokens;
-        c.draft_tokens = event.draft_tokens;
-        c.accepted_draft_tokens = event.accepted_draft_tokens;
-        if (event.finished) {
-          c.finish_reason = event.finish_reason;
-          c.error = event.error;
-          if (choice % request->n == 0) cached += event.cached_prompt_tokens;
-        }
-      });
-      if (!done && !write_all(sink, " ")) return false;  // the client is gone
+HttpResponse HttpServer::Impl::detokenize(const HttpRequest& request) const {
+  try {
+    const auto body = parse_body(request);
+    const auto* tokens = field(body, "tokens");
+    if (tokens == nullptr || !tokens->is_array()) bad("tokens", "'tokens' must be a list of token ids");
+    for (const auto& [key, value] : body.items()) {
+      if (key != "tokens") bad(key, fmt::format("unrecognized request argument: {}", key));
     }
-    json body;
-    for (const ChoiceResult& c : choices) {
-      if (c.finish_reason == FinishReason::Error) {
-        body = error_json(500, "generation failed: " + c.error, "internal_error", "", "");
+    const Tokenizer& tokenizer = engine.tokenizer();
+    std::vector<TokenId> ids;
+    for (const auto& t : *tokens) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tokenizer.vocab_size()) {
+        bad("tokens", fmt::format("'tokens' must hold token ids from 0 to {}", tokenizer.vocab_size() - 1));
       }
+      ids.push_back(TokenId(t.get<int64_t>()));
     }
-    if (body.is_null()) {
-      body = completion_response(*request, choices, engine.tokenizer(),
-                                 random_id(request->endpoint == Endpoint::Completions ? "cmpl-" : "chatcmpl-"),
-                                 int64_t(std::time(nullptr)), options.model_name, run->prompt_tokens(), cached,
-                                 engine.speculative());
-    }
-    write_all(sink, dump_json(body));
-    sink.done();
-    return true;
-  }));
+    return json_response({{"content", tokenizer.decode(ids, false)}});
+  } catch (const ApiError& e) {
+    return error_response(e);
+  }
 }
 
 HttpServer::HttpServer(AsyncEngine& engine, const chat::ChatTemplate* chat_template, ServerOptions options)
-    : impl_(std::make_unique<Impl>(engine, chat_template, std::move(options))) {
-  impl_->install_routes();
-}
+    : impl_(std::make_unique<Impl>(engine, chat_template, std::move(options))) {}
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() = default;
 
-int HttpServer::bind() {
-  Impl& s = *impl_;
-  if (s.options.port == 0) {
-    s.bound_port = s.http.bind_to_any_port(s.options.host);
-  } else if (s.http.bind_to_port(s.options.host, s.options.port)) {
-    s.bound_port = s.options.port;
-  }
-  if (s.bound_port <= 0) fail("cannot listen on {}:{} (in use, or not an address here)", s.options.host, s.options.port);
-  return s.bound_port;
-}
+int HttpServer::bind() { return impl_->transport->bind(impl_->options.host, impl_->options.port); }
 
-void HttpServer::serve() { impl_->http.listen_after_bind(); }
+void HttpServer::serve() { impl_->transport->serve(); }
 
-void HttpServer::stop() { impl_->http.stop(); }
+void HttpServer::shutdown() { impl_->transport->shutdown(impl_->options.shutdown_timeout); }
+
+void HttpServer::abort() { impl_->transport->abort(); }
 
 }  // namespace kestrel::server

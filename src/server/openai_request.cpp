@@ -1,6 +1,9 @@
 #include "server/openai_request.h"
 
+#include <set>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "server/api_error.h"
@@ -40,6 +43,28 @@ std::vector<TokenId> token_list(const json& array, const Tokenizer& tokenizer) {
     tokens.push_back(TokenId(id));
   }
   return tokens;
+}
+
+// Every field either endpoint reads, and `user` (OpenAI's end-user id for abuse monitoring: it
+// changes no output). Anything else is refused by name rather than silently ignored.
+const std::set<std::string> kCommonFields = {
+    "model", "n", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
+    "frequency_penalty", "repetition_penalty", "seed", "stop", "ignore_eos", "priority", "logit_bias", "user",
+    "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+    "guided_whitespace_pattern", "guided_decoding_backend", "return_tokens_as_token_ids"};
+const std::set<std::string> kCompletionFields = {"prompt", "max_tokens", "echo", "logprobs", "suffix", "best_of"};
+const std::set<std::string> kChatFields = {"messages", "max_tokens", "max_completion_tokens", "logprobs",
+                                           "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
+                                           "add_generation_prompt", "chat_template_kwargs"};
+
+void refuse_unknown_fields(const json& body, const std::set<std::string>& endpoint_fields) {
+  std::vector<std::string> unknown;
+  for (const auto& [key, value] : body.items()) {
+    if (!kCommonFields.count(key) && !endpoint_fields.count(key)) unknown.push_back(key);
+  }
+  if (unknown.empty()) return;
+  bad(unknown.front(), fmt::format("unrecognized request argument{}: {} (see docs/SERVER.md for what this server accepts)",
+                                   unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", ")));
 }
 
 // Fields shared by both endpoints.
@@ -87,6 +112,7 @@ void parse_common(const json& body, ParsedRequest& r) {
     if (r.stop.size() > 16) bad("stop", "at most 16 stop strings are allowed");
   }
   r.ignore_eos = boolean(body, "ignore_eos", false);
+  r.tokens_as_ids = boolean(body, "return_tokens_as_token_ids", false);
   r.priority = int(integer(body, "priority", 0, -1000000, 1000000));
   if (const json* bias = field(body, "logit_bias"); bias != nullptr && !bias->empty()) {
     bad("logit_bias", "'logit_bias' is not supported");
@@ -102,13 +128,18 @@ ParsedRequest parse_completion_request(const json& body, const Tokenizer& tokeni
   ParsedRequest r;
   r.endpoint = Endpoint::Completions;
   parse_common(body, r);
+  refuse_unknown_fields(body, kCompletionFields);
   r.structured = parse_structured_request(body, /*chat=*/false);
-  r.max_tokens = integer(body, "max_tokens", 16, 1, int64_t(1) << 31);
+  r.max_tokens = integer(body, "max_tokens", 16, 0, int64_t(1) << 31);
   r.echo = boolean(body, "echo", false);
   if (const json* logprobs = field(body, "logprobs")) {
     if (!logprobs->is_number_integer()) bad("logprobs", "'logprobs' must be an integer from 0 to 20");
     r.top_logprobs = int(integer(body, "logprobs", 0, 0, 20));
   }
+  // Scoring a prompt (lm-evaluation-harness's loglikelihood): echo with logprobs lists the
+  // prompt's tokens with theirs; max_tokens 0 generates nothing.
+  r.prompt_logprobs = r.echo && r.top_logprobs >= 0;
+  if (r.max_tokens == 0 && !r.echo) bad("max_tokens", "'max_tokens' 0 is only allowed with 'echo': true (scoring the prompt)");
   if (field(body, "suffix") != nullptr) bad("suffix", "'suffix' is not supported");
 
   const json* prompt = field(body, "prompt");
@@ -148,6 +179,7 @@ ParsedRequest parse_chat_request(const json& body, const Tokenizer& tokenizer,
   ParsedRequest r;
   r.endpoint = Endpoint::ChatCompletions;
   parse_common(body, r);
+  refuse_unknown_fields(body, kChatFields);
   r.structured = parse_structured_request(body, /*chat=*/true);
   const int64_t max_completion = integer(body, "max_completion_tokens", -1, 1, int64_t(1) << 31);
   r.max_tokens = integer(body, "max_tokens", max_completion, 1, int64_t(1) << 31);

@@ -24,7 +24,7 @@ struct ParsedRequest {
   std::string model;                        // as given (may be empty)
   std::vector<std::vector<TokenId>> prompts;  // completions may carry several; chat exactly one
   std::vector<std::string> prompt_texts;    // for echo
-  int64_t max_tokens = -1;                  // -1: until the context is full
+  int64_t max_tokens = -1;                  // -1: until the context is full; 0: echo only (scoring)
   int n = 1;
   bool stream = false;
   bool include_usage = false;
@@ -32,6 +32,8 @@ struct ParsedRequest {
   SamplingParams sampling;
   bool seeded = false;                      // the client gave a seed
   int top_logprobs = -1;                    // -1: no logprobs
+  bool prompt_logprobs = false;             // echo with logprobs: the prompt's tokens are scored too
+  bool tokens_as_ids = false;               // vLLM's return_tokens_as_token_ids: "token_id:123"
   std::vector<std::string> stop;
   bool ignore_eos = false;
   int priority = 0;

@@ -1,5 +1,10 @@
 #include "server/openai_response.h"
 
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/utf8.h"
 #include "server/tool_calls.h"
 
 namespace kestrel::server {
@@ -35,8 +40,8 @@ json chunk_of(const ParsedRequest& r, json choice, const std::string& id, int64_
 json logprobs_for(const ParsedRequest& r, const std::vector<GeneratedToken>& tokens,
                   const Tokenizer& tokenizer, size_t text_offset) {
   if (r.top_logprobs < 0) return nullptr;
-  return r.endpoint == Endpoint::Completions ? completion_logprobs(tokens, tokenizer, text_offset)
-                                             : chat_logprobs(tokens, tokenizer);
+  return r.endpoint == Endpoint::Completions ? completion_logprobs(tokens, tokenizer, text_offset, r.tokens_as_ids)
+                                             : chat_logprobs(tokens, tokenizer, r.tokens_as_ids);
 }
 
 }  // namespace
@@ -52,33 +57,50 @@ const char* openai_finish_reason(FinishReason reason) {
   return nullptr;
 }
 
+namespace {
+
+// A token as logprobs name it: its text, or "token_id:N" (vLLM's return_tokens_as_token_ids).
+std::string token_name(const Tokenizer& tokenizer, TokenId id, bool as_id) {
+  return as_id ? fmt::format("token_id:{}", id) : tokenizer.token_to_piece(id, true);
+}
+
+}  // namespace
+
 json completion_logprobs(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer,
-                         size_t text_offset) {
+                         size_t text_offset, bool tokens_as_ids) {
   json out = {{"tokens", json::array()}, {"token_logprobs", json::array()},
               {"top_logprobs", json::array()}, {"text_offset", json::array()}};
   for (const GeneratedToken& t : tokens) {
     const std::string piece = tokenizer.token_to_piece(t.id, true);
-    out["tokens"].push_back(piece);
-    out["token_logprobs"].push_back(t.logprob);
-    json top = json::object();
-    for (const TokenLogprob& alt : t.top_logprobs) top[tokenizer.token_to_piece(alt.token, true)] = alt.logprob;
-    out["top_logprobs"].push_back(top);
+    out["tokens"].push_back(token_name(tokenizer, t.id, tokens_as_ids));
+    // A prompt's first token has no logprob (nothing predicts it): null, as OpenAI and vLLM give.
+    if (std::isnan(t.logprob)) {
+      out["token_logprobs"].push_back(nullptr);
+      out["top_logprobs"].push_back(nullptr);
+    } else {
+      out["token_logprobs"].push_back(t.logprob);
+      json top = json::object();
+      for (const TokenLogprob& alt : t.top_logprobs) top[token_name(tokenizer, alt.token, tokens_as_ids)] = alt.logprob;
+      out["top_logprobs"].push_back(top);
+    }
     out["text_offset"].push_back(text_offset);
-    text_offset += piece.size();
+    text_offset += utf8_char_count(piece);  // characters, as OpenAI and vLLM count
   }
   return out;
 }
 
-json chat_logprobs(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer) {
+json chat_logprobs(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer, bool tokens_as_ids) {
   json content = json::array();
   for (const GeneratedToken& t : tokens) {
     const std::string piece = tokenizer.token_to_piece(t.id, true);
     json top = json::array();
     for (const TokenLogprob& alt : t.top_logprobs) {
       const std::string alt_piece = tokenizer.token_to_piece(alt.token, true);
-      top.push_back({{"token", alt_piece}, {"logprob", alt.logprob}, {"bytes", bytes_of(alt_piece)}});
+      top.push_back({{"token", token_name(tokenizer, alt.token, tokens_as_ids)}, {"logprob", alt.logprob},
+                     {"bytes", bytes_of(alt_piece)}});
     }
-    content.push_back({{"token", piece}, {"logprob", t.logprob}, {"bytes", bytes_of(piece)}, {"top_logprobs", top}});
+    content.push_back({{"token", token_name(tokenizer, t.id, tokens_as_ids)}, {"logprob", t.logprob},
+                       {"bytes", bytes_of(piece)}, {"top_logprobs", top}});
   }
   return {{"content", content}};
 }
@@ -107,7 +129,9 @@ json completion_response(const ParsedRequest& r, const std::vector<ChoiceResult>
     drafts.draft_tokens += c.draft_tokens;
     drafts.accepted_tokens += c.accepted_draft_tokens;
     const std::string prefix = r.echo ? r.prompt_texts[i / size_t(r.n)] : "";
-    json choice = {{"index", i}, {"logprobs", logprobs_for(r, c.tokens, tokenizer, prefix.size())},
+    // With prompt logprobs the listed tokens start at the prompt, offset 0.
+    const size_t first_offset = r.prompt_logprobs ? 0 : utf8_char_count(prefix);
+    json choice = {{"index", i}, {"logprobs", logprobs_for(r, c.tokens, tokenizer, first_offset)},
                    {"finish_reason", finish_json(c.finish_reason)}};
     if (r.endpoint == Endpoint::Completions) {
       choice["text"] = prefix + c.text;
@@ -189,13 +213,29 @@ json usage_chunk(const ParsedRequest& r, const std::string& id, int64_t created,
           {"choices", json::array()}, {"usage", usage_json(prompt_tokens, completion_tokens, cached_tokens, drafts)}};
 }
 
+std::string default_error_code(int status) {
+  switch (status) {
+    case 400: return "invalid_request";
+    case 401: return "invalid_api_key";
+    case 404: return "not_found";
+    case 405: return "method_not_allowed";
+    case 408: return "request_timeout";
+    case 411: return "length_required";
+    case 413: return "request_too_large";
+    case 429: return "rate_limited";
+    case 431: return "request_header_too_large";
+    case 503: return "service_unavailable";
+    default: return status >= 500 ? "internal_error" : "invalid_request";
+  }
+}
+
 json error_json(int status, const std::string& message, const std::string& type,
                 const std::string& param, const std::string& code) {
   return {{"error",
            {{"message", message},
             {"type", type},
             {"param", param.empty() ? json(nullptr) : json(param)},
-            {"code", code.empty() ? json(status) : json(code)}}}};
+            {"code", code.empty() ? default_error_code(status) : code}}}};
 }
 
 std::string dump_json(const json& value) {

@@ -32,10 +32,12 @@ struct DraftCounts {
 const char* openai_finish_reason(FinishReason reason);
 
 // Completions logprobs: {tokens, token_logprobs, top_logprobs, text_offset}.
+// text_offset counts characters; tokens_as_ids names tokens "token_id:N".
 nlohmann::json completion_logprobs(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer,
-                                   size_t text_offset);
+                                   size_t text_offset, bool tokens_as_ids = false);
 // Chat logprobs: {content: [{token, logprob, bytes, top_logprobs: [...]}, ...]}.
-nlohmann::json chat_logprobs(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer);
+nlohmann::json chat_logprobs(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer,
+                             bool tokens_as_ids = false);
 
 // `drafts`: nullptr when the server does not speculate (no completion_tokens_details).
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens,
@@ -70,6 +72,8 @@ nlohmann::json usage_chunk(const ParsedRequest& request, const std::string& id, 
                            const std::string& model, int64_t prompt_tokens,
                            int64_t completion_tokens, int64_t cached_tokens, const DraftCounts* drafts = nullptr);
 
+// OpenAI's error shape; `code` is always a string (`default_error_code(status)` when none is given).
+std::string default_error_code(int status);
 nlohmann::json error_json(int status, const std::string& message, const std::string& type,
                           const std::string& param, const std::string& code);
 

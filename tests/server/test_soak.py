@@ -59,7 +59,8 @@ def test_soak_no_leaks_no_failures():
         m = server.wait_idle(timeout=120)
         assert m["kestrel_kv_cache_blocks_used"] == 0
         assert m["kestrel_request_failure_total"] == 0
-        # The small pool forced preemptions; they must not have failed anything.
-        assert m["kestrel_num_preemptions_total"] >= 0
+        # The small pool (200 blocks of 16 tokens for 16 sequences of up to ~500 tokens) forces
+        # preemptions; they happened, and failed nothing.
+        assert m["kestrel_num_preemptions_total"] > 0
     finally:
         server.stop()

@@ -134,7 +134,7 @@ void register_serve(CLI::App& app) {
   add_seconds_option(*cmd, "--write-timeout", limits.write_timeout, 0.1, 3600,
                      "seconds a write to a client may take before the client counts as gone");
   cmd->add_option("--max-connections", limits.max_connections,
-                  "connections open at once; at the cap the oldest one still sending its request head is closed")
+                  "connections open at once; at the cap the oldest one still sending its request is closed")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-connections-per-client", limits.max_connections_per_client,
                   "connections open at once from one address (same rule)")

@@ -173,7 +173,6 @@ void Connection::read_request() {
 }
 
 void Connection::on_head(beast::error_code ec) {
-  waiting_.store(false);
   if (ec) return on_read_error(ec);
   ++requests_;
   const auto& message = parser_->get();
@@ -182,6 +181,7 @@ void Connection::on_head(beast::error_code ec) {
   const http::verb method = message.method();
   const bool body_expected = method == http::verb::post || method == http::verb::put || method == http::verb::patch;
   if (body_expected && !parser_->content_length() && !parser_->chunked()) {
+    waiting_.store(false);
     return respond_and_close(411, "the request needs a body with Content-Length or Transfer-Encoding: chunked");
   }
   if (parser_->is_done()) return dispatch();
@@ -211,6 +211,7 @@ void Connection::on_body(beast::error_code ec) {
 }
 
 void Connection::on_read_error(beast::error_code ec) {
+  waiting_.store(false);
   // A deadline closes the socket (tcp_stream does), so nothing can be answered then.
   if (is_disconnect(ec) || closed_) return close();
   if (ec == http::error::header_limit) {
@@ -223,6 +224,7 @@ void Connection::on_read_error(beast::error_code ec) {
 }
 
 void Connection::dispatch() {
+  waiting_.store(false);
   auto message = parser_->release();
   HttpRequest request;
   request.method = std::string(message.method_string());

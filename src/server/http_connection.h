@@ -50,7 +50,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The caps are reached and nobody could make room: a 503 and the connection closes.
   void refuse();
   // Called from any thread; runs on the connection's strand.
-  void close_if_waiting();  // only while it waits for a request head (eviction, shutdown)
+  // Only while it waits for a request (its head or body: nothing of it runs yet), for eviction and
+  // shutdown.
+  void close_if_waiting();
   void close_soon();        // whatever it is doing
 
   bool waiting_for_request() const { return waiting_.load(); }

@@ -105,7 +105,7 @@ void HttpTransport::Impl::admit(tcp::socket socket) {
   }
   auto connection = std::make_shared<Connection>(std::move(socket), *this, address.to_string());
 
-  // At a cap, the oldest connection still waiting for its request head makes room (a slow or
+  // At a cap, the oldest connection still sending its request (head or body) makes room (a slow or
   // idle client), never one whose request is running; without one the newcomer is refused.
   std::vector<std::shared_ptr<Connection>> alive;  // released after the lock: a destructor takes it
   std::vector<std::shared_ptr<Connection>> evict;

@@ -2,7 +2,7 @@
 // buffer, not a thread, and a slow or hostile client cannot hold a worker. Every connection runs
 // under deadlines for the request head as a whole, the body as a whole, the keep-alive wait and
 // each write; connections are capped per client address and in total, and when a cap is reached
-// the oldest connection still waiting for its request head is closed, so a new client (a health
+// the oldest connection still sending its request (head or body) is closed, so a new client (a health
 // probe) always gets in. Requests on one connection are answered in order (pipelining).
 // Listening is exclusive: no SO_REUSEPORT, so a second server on a taken port fails to start.
 #pragma once

@@ -377,5 +377,35 @@ TEST(Scheduler, StreamingRunsPastTheContextWithBoundedBlocks) {
   EXPECT_EQ(scheduler.num_preemptions(), 0);
 }
 
+TEST(Scheduler, PromptScoringGetsARowPerPromptPositionWithoutTheCacheAndCappedChunks) {
+  SchedulerConfig c = config(64, 8);
+  c.max_prompt_logits = 12;
+  FakeEngine e(64, 4, c, /*prefix_caching=*/true);
+  e.scheduler.add_request(make_request(1, 30, 2));
+  e.run_to_completion();  // the same prompt is now in the prefix cache
+  auto scoring = make_request(2, 30, 2);
+  scoring->prompt_logprobs = true;
+  e.scheduler.add_request(std::move(scoring));
+  int64_t rows = 0;
+  std::vector<int64_t> chunks;
+  for (int step = 0; step < 20 && e.scheduler.has_unfinished(); ++step) {
+    const SchedulerOutput out = e.step();
+    ASSERT_EQ(out.scheduled.size(), 1u);
+    const ScheduledRequest& s = out.scheduled[0];
+    if (chunks.empty()) EXPECT_EQ(s.num_computed_tokens, 0);  // no prefix-cache reuse
+    // Prompt rows cover the chunk's positions before the prompt's last one, in order.
+    EXPECT_EQ(s.num_prompt_logits,
+              std::max<int64_t>(0, std::min<int64_t>(s.num_computed_tokens + s.num_scheduled_tokens, 29) -
+                                       s.num_computed_tokens));
+    if (s.num_computed_tokens < 29) EXPECT_EQ(s.num_computed_tokens, rows);  // no gap, no repeat
+    rows += s.num_prompt_logits;
+    chunks.push_back(s.num_scheduled_tokens);
+  }
+  EXPECT_EQ(rows, 29);  // every prompt token after the first, each predicted once
+  // Prefill chunks capped at 12 rows while prompt positions remain: 12 + 12 + 6, then a decode.
+  EXPECT_EQ(chunks, (std::vector<int64_t>{12, 12, 6, 1}));
+  EXPECT_EQ(e.finished[2]->num_cached_tokens, 0);
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -2,16 +2,21 @@
 // the same engine as the server, at full throughput (all requests queued at once; the scheduler
 // batches them). Input lines are OpenAI batch requests ({"custom_id", "url", "body"}) or bare
 // completion/chat bodies; output lines follow OpenAI's batch output format, in input order.
+// The input is checked before the model loads: a missing, empty or directory path, a file of
+// blank lines, or two lines with the same custom_id (the output could not tell them apart) is an
+// error; a line that is not valid JSON or not a valid request gets an error line in the output.
 #include <cstdio>
 #include <ctime>
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_checks.h"
 #include "chat/chat_template.h"
 #include "commands.h"
 #include "core/error.h"
@@ -48,6 +53,44 @@ struct Job {
   bool done = false;
 };
 
+// One non-blank input line: its JSON (or why it is not JSON) and the custom_id it answers to.
+struct InputLine {
+  size_t number = 0;
+  json value;
+  std::string parse_error;
+  std::string custom_id;
+};
+
+std::vector<InputLine> read_input(const std::string& path) {
+  const std::string text = read_input_file(path, "--input");
+  std::vector<InputLine> lines;
+  std::map<std::string, size_t> first_line;  // custom_id -> the line that used it first
+  size_t number = 0;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view raw(text.data() + start, end - start);
+    start = end + 1;
+    ++number;
+    if (raw.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    InputLine& line = lines.emplace_back();
+    line.number = number;
+    line.custom_id = fmt::format("line-{}", number);  // what a line without custom_id answers to
+    try {
+      line.value = json::parse(raw);
+    } catch (const json::parse_error& e) {
+      line.parse_error = e.what();
+    }
+    if (line.value.is_object() && line.value.contains("custom_id") && line.value["custom_id"].is_string()) {
+      line.custom_id = line.value["custom_id"];
+    }
+    const auto [it, fresh] = first_line.emplace(line.custom_id, number);
+    if (!fresh) fail("--input {}: custom_id '{}' is on line {} and line {}", path, line.custom_id, it->second, number);
+  }
+  if (lines.empty()) fail("--input {}: no requests (every line is blank)", path);
+  return lines;
+}
+
 json output_line(const Job& job, const Tokenizer& tokenizer, const std::string& model_name, size_t index) {
   json line = {{"id", fmt::format("batch_req_{}", index)}, {"custom_id", job.custom_id}};
   if (!job.error.is_null()) {
@@ -64,8 +107,9 @@ json output_line(const Job& job, const Tokenizer& tokenizer, const std::string& 
 }
 
 void batch(const BatchOptions& o) {
-  std::ifstream in(o.input);
-  if (!in) fail("{}: cannot read", o.input);
+  const std::vector<InputLine> input = read_input(o.input);
+  std::error_code ec;
+  if (std::filesystem::is_directory(o.output, ec)) fail("--output {}: is a directory, not a file", o.output);
   const auto model = Model::load(o.model);
   const auto tokenizer = Tokenizer::from_gguf(model->file());
   std::optional<chat::ChatTemplate> chat_template;
@@ -86,22 +130,16 @@ void batch(const BatchOptions& o) {
 
   const std::optional<grammar::Constraint> default_constraint = make_constraint(o.grammar);
   std::vector<Job> jobs;
-  std::string text;
-  size_t line_number = 0;
-  while (std::getline(in, text)) {
-    ++line_number;
-    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+  for (const InputLine& in : input) {
     Job& job = jobs.emplace_back();
-    job.custom_id = fmt::format("line-{}", line_number);
+    job.custom_id = in.custom_id;
     try {
-      json line;
-      try {
-        line = json::parse(text);
-      } catch (const json::parse_error& e) {
-        throw server::ApiError(400, fmt::format("line {}: malformed JSON: {}", line_number, e.what()));
+      if (!in.parse_error.empty()) {
+        throw server::ApiError(400, fmt::format("line {}: malformed JSON: {}", in.number, in.parse_error));
       }
+      const json& line = in.value;
+      if (!line.is_object()) throw server::ApiError(400, fmt::format("line {}: not a JSON object", in.number));
       json body = line.contains("body") ? line["body"] : line;
-      if (line.contains("custom_id") && line["custom_id"].is_string()) job.custom_id = line["custom_id"];
       const std::string url = line.value("url", body.contains("messages") ? "/v1/chat/completions" : "/v1/completions");
       body["stream"] = false;
       job.request = std::make_shared<server::ParsedRequest>(
@@ -118,6 +156,11 @@ void batch(const BatchOptions& o) {
       job.choices.resize(size_t(job.run->num_choices()));
     } catch (const server::ApiError& e) {
       job.error = server::error_json(e.status(), e.what(), e.type(), e.param(), e.code());
+      job.done = true;
+    } catch (const json::exception& e) {
+      // A field of the wrong JSON type ("url": 5, "body": []): this line's error, not the batch's.
+      const server::ApiError error(400, fmt::format("line {}: {}", in.number, e.what()));
+      job.error = server::error_json(error.status(), error.what(), error.type(), error.param(), error.code());
       job.done = true;
     }
   }
@@ -163,7 +206,7 @@ void register_batch(CLI::App& app) {
   auto options = std::make_shared<BatchOptions>();
   CLI::App* cmd = app.add_subcommand("batch", "run a JSONL file of requests offline");
   cmd->add_option("model", options->model, "GGUF model file")->required();
-  cmd->add_option("-i,--input", options->input, "requests, one JSON object per line")->required();
+  cmd->add_option("-i,--input", options->input, "requests, one JSON object per line")->required()->check(existing_file());
   cmd->add_option("-o,--output", options->output, "results, one JSON object per line")->required();
   cmd->add_option("--chat-template", options->chat_template, "built-in chat template name");
   add_engine_options(*cmd, options->engine);

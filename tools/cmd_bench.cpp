@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -315,23 +316,25 @@ void register_bench(CLI::App& app) {
   auto options = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "measure prompt, generation and batched decode speed");
   cmd->add_option("model", options->model, "GGUF model file")->required();
-  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(CLI::Range(1, 1024));
-  cmd->add_option("--pp", options->pp, "prompt tokens (0: skip)")->check(CLI::Range(0, 1 << 16));
-  cmd->add_option("--tg", options->tg, "generated tokens (0: skip)")->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(int_range(1, 1024));
+  cmd->add_option("--pp", options->pp, "prompt tokens (0: skip)")->check(int_range(0, 1 << 16));
+  cmd->add_option("--tg", options->tg, "generated tokens (0: skip)")->check(int_range(0, 1 << 16));
   cmd->add_option("--batch", options->batch, "batched decode: numbers of sequences (0: skip)")
-      ->delimiter(',')->check(CLI::Range(0, 1024));
-  cmd->add_option("--batch-tg", options->batch_tg, "decode steps of each batched test")->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--reps", options->reps, "repetitions (figures are medians)")->check(CLI::Range(1, 1000));
+      ->delimiter(',')->check(int_range(0, 1024));
+  cmd->add_option("--batch-tg", options->batch_tg, "decode steps of each batched test")->check(int_range(1, 1 << 16));
+  cmd->add_option("--reps", options->reps, "repetitions (figures are medians)")->check(int_range(1, 1000));
   cmd->add_option("--depth", options->depth, "tokens already in the cache before pp and tg (llama-bench -d)")
-      ->check(CLI::Range(0, 1 << 22));
+      ->check(int_range(0, 1 << 22));
   add_kv_options(*cmd, options->kv, /*with_sinks=*/false);
   cmd->add_flag("--json", options->json, "end with one JSON line of all figures");
   cmd->add_flag("--no-bandwidth", options->no_bandwidth, "skip the memory bandwidth measurement");
   add_spec_options(*cmd, options->spec);
   cmd->add_option("--prompt-file", options->prompt_file,
-                  "with --draft-model/--spec: prompts, one per blank-line-separated paragraph (default: code tasks)");
+                  "with --draft-model/--spec: prompts, one per blank-line-separated paragraph (default: code tasks)")
+      ->check(existing_file());
   cmd->callback([options] {
     if (!options->spec.draft_model.empty() || (!options->spec.method.empty() && options->spec.method != "none")) {
+      if (options->tg < 1) fail("--tg 0 skips generation, but the speculative comparison is all generation");
       SpecBenchOptions s{options->model, options->threads, options->tg, options->reps, options->prompt_file, options->spec};
       bench_speculative(s);
       return;

@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -28,11 +27,8 @@ const char* const kCodeTasks[] = {
 std::vector<std::string> load_prompts(const SpecBenchOptions& o, const Tokenizer& tokenizer) {
   std::vector<std::string> prompts;
   if (!o.prompt_file.empty()) {
-    std::ifstream in(o.prompt_file);
-    if (!in) fail("cannot read the prompt file {}", o.prompt_file);
-    std::stringstream all;
-    all << in.rdbuf();
-    std::string text = all.str(), paragraph;
+    const std::string text = read_input_file(o.prompt_file, "--prompt-file");
+    std::string paragraph;
     size_t start = 0;
     while (start < text.size()) {
       size_t end = text.find("\n\n", start);

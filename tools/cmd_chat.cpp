@@ -2,20 +2,26 @@
 // `llama-cli -cnv`). User turns come from stdin, one line each — after a "> " prompt on a
 // terminal, plainly when piped (so scripts and tests can drive it); each reply streams to stdout
 // and ends with a newline. /clear starts a new conversation, /exit or end of input ends.
+// Ctrl-C during a reply stops that reply and returns to the prompt; the part already shown stays
+// in the conversation as the assistant's turn (ChatSession::send says why). Ctrl-C at the prompt
+// ends the chat, as end of input does (exit status 0: ending a chat is no failure).
 // The session logic (rendering, KV reuse between turns) is engine/chat_session.h.
+#include <poll.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
-#include <iostream>
 #include <string>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "cli_checks.h"
 #include "chat/chat_template.h"
 #include "commands.h"
 #include "core/error.h"
 #include "engine/chat_session.h"
+#include "interrupt.h"
 #include "kv_options.h"
 #include "sampling_options.h"
 #include "spec_options.h"
@@ -43,6 +49,44 @@ std::string trim(const std::string& s) {
   if (begin == std::string::npos) return "";
   return s.substr(begin, s.find_last_not_of(" \t\r\n") - begin + 1);
 }
+
+// Lines from stdin, read with poll() so that Ctrl-C at the prompt ends the wait at once: a
+// blocking read would miss a signal that lands just before it starts and wait for the next line.
+class LineReader {
+ public:
+  enum class Result { Line, End, Interrupted };
+
+  Result next(std::string& line) {
+    while (true) {
+      const size_t newline = buffer_.find('\n');
+      if (newline != std::string::npos) {
+        line = buffer_.substr(0, newline);
+        buffer_.erase(0, newline + 1);
+        return Result::Line;
+      }
+      if (eof_) {
+        if (buffer_.empty()) return Result::End;
+        line = std::move(buffer_);  // a last line without its newline
+        buffer_.clear();
+        return Result::Line;
+      }
+      if (interrupted()) return Result::Interrupted;
+      pollfd fd{STDIN_FILENO, POLLIN, 0};
+      if (::poll(&fd, 1, /*timeout_ms=*/100) <= 0) continue;  // timeout or EINTR: check the flag again
+      char chunk[4096];
+      const ssize_t n = ::read(STDIN_FILENO, chunk, sizeof chunk);
+      if (n > 0) {
+        buffer_.append(chunk, size_t(n));
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        eof_ = true;
+      }
+    }
+  }
+
+ private:
+  std::string buffer_;
+  bool eof_ = false;
+};
 
 void print_stats(int turn, const ChatTurnStats& s) {
   const int64_t computed = s.prompt_tokens - s.cached_tokens;
@@ -72,6 +116,7 @@ void chat_loop(const ChatOptions& o) {
   apply_kv_options(o.kv, config);
   std::unique_ptr<Model> draft;  // outlives the engine
   apply_spec_options(o.spec, *model, draft, config);
+  check_kv_fits_memory(*model, config);
   LLMEngine engine(*model, config, tokenizer->stop_token_ids());
   ChatSessionOptions session_options;
   session_options.system_prompt = o.system_prompt;
@@ -81,18 +126,20 @@ void chat_loop(const ChatOptions& o) {
 
   const bool interactive = isatty(STDIN_FILENO) != 0;
   if (interactive) {
-    fmt::print(stderr, "kestrel chat: context {} tokens. /clear starts a new conversation, /exit or "
-                       "Ctrl-D ends.\n",
+    fmt::print(stderr, "kestrel chat: context {} tokens. /clear starts a new conversation, Ctrl-C stops a "
+                       "reply, /exit or Ctrl-D ends.\n",
                engine.max_model_len());
   }
   int turn = 0;
   std::string line;
+  LineReader reader;
+  InterruptGuard interrupt_guard;
   while (true) {
     if (interactive) {
       std::fputs("> ", stdout);
       std::fflush(stdout);
     }
-    if (!std::getline(std::cin, line)) break;
+    if (reader.next(line) != LineReader::Result::Line) break;  // end of input, or Ctrl-C at the prompt
     const std::string command = trim(line);
     if (command.empty()) continue;
     if (command == "/exit" || command == "/quit") break;
@@ -103,14 +150,24 @@ void chat_loop(const ChatOptions& o) {
       continue;
     }
     try {
-      const ChatTurnStats stats = session.send(command, [](std::string_view text) {
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        std::fflush(stdout);
-      });
+      const ChatTurnStats stats = session.send(
+          command,
+          [](std::string_view text) {
+            std::fwrite(text.data(), 1, text.size(), stdout);
+            std::fflush(stdout);
+          },
+          interrupted);
       std::fputc('\n', stdout);
       std::fflush(stdout);
-      ++turn;
-      if (o.verbose) print_stats(turn, stats);
+      const bool stopped = stats.finish_reason == FinishReason::Abort;
+      const bool kept = !stopped || stats.generated_tokens > 0;
+      if (kept) ++turn;
+      if (o.verbose && kept) print_stats(turn, stats);
+      if (stopped) {
+        clear_interrupt();  // handled: the next Ctrl-C is a first one again (at the prompt: ends the chat)
+        fmt::print(stderr, "kestrel: reply interrupted{}; Ctrl-C at the prompt or Ctrl-D ends the chat\n",
+                   kept ? " (the part shown stays in the conversation)" : " before it began (message dropped)");
+      }
       if (stats.context_full) {
         fmt::print(stderr, "kestrel: the reply was cut: the context ({} tokens) is full; /clear starts a "
                            "new conversation\n",
@@ -135,14 +192,16 @@ void register_chat(CLI::App& app) {
   cmd->add_option("-s,--system", options->system_prompt, "system prompt");
   cmd->add_option("--chat-template", options->chat_template,
                   "built-in template name or a Jinja file (default: the model's own)");
-  cmd->add_option("-n,--n-predict", options->n_predict, "most tokens per reply")->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(CLI::Range(1, 1024));
-  cmd->add_option("-c,--ctx", options->ctx, "context length (default: the model's)")->check(CLI::Range(2, 1 << 24));
+  cmd->add_option("-n,--n-predict", options->n_predict, "most tokens per reply")->check(int_range(1, 1 << 24));
+  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(int_range(1, 1024));
+  cmd->add_option("-c,--ctx", options->ctx, "context length (default: the model's)")->check(int_range(2, 1 << 24));
   add_sampling_options(*cmd, options->sampling);
   add_kv_options(*cmd, options->kv, /*with_sinks=*/false);
   add_spec_options(*cmd, options->spec);
   cmd->add_flag("--verbose", options->verbose,
                 "per-turn statistics on stderr (prompt tokens, reused tokens, reply tokens, tok/s)");
+  cmd->footer("Ctrl-C during a reply stops it (the part shown stays in the conversation); Ctrl-C at the prompt, "
+              "/exit or end of input ends the chat.");
   cmd->callback([options] { chat_loop(*options); });
 }
 

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "convert/hf_convert.h"
 #include "convert/llama2c.h"
@@ -39,7 +40,8 @@ void register_convert(CLI::App& app) {
   auto options = std::make_shared<ConvertOptions>();
   CLI::App* cmd = app.add_subcommand("convert", "convert a Hugging Face folder or a llama2.c checkpoint to GGUF");
   cmd->add_option("input", options->input, "Hugging Face model folder, or llama2.c checkpoint (.bin)")->required();
-  cmd->add_option("--tokenizer", options->tokenizer, "llama2.c tokenizer (tokenizer.bin / tok512.bin)");
+  cmd->add_option("--tokenizer", options->tokenizer, "llama2.c tokenizer (tokenizer.bin / tok512.bin)")
+      ->check(existing_file());
   cmd->add_option("-o,--output", options->output, "output GGUF file")->required();
   cmd->callback([options] { convert(*options); });
 }

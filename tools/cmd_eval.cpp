@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/progress.h"
@@ -53,7 +54,7 @@ std::vector<const gguf::TensorInfo*> differing_matrices(const Model& base, const
 }
 
 void eval(const EvalOptions& o) {
-  const std::string text = read_text_file(o.file);
+  const std::string text = read_input_file(o.file, "--file");
   const auto base = Model::load(o.base);
   const auto candidate = Model::load(o.candidate);
   const auto tokenizer = Tokenizer::from_gguf(base->file());
@@ -151,11 +152,14 @@ void register_eval(CLI::App& app) {
       "eval", "what an encoding costs: perplexity of BASE and CANDIDATE and the KL divergence between them");
   cmd->add_option("base", options->base, "the reference model (e.g. F16)")->required();
   cmd->add_option("candidate", options->candidate, "the model to judge (e.g. a quantization of BASE)")->required();
-  cmd->add_option("-f,--file", options->file, "text file (never the calibration text)")->required();
-  cmd->add_option("-c,--ctx", options->ctx, "tokens per chunk")->check(CLI::Range(4, 1 << 20));
-  cmd->add_option("-b,--batch", options->batch, "tokens per forward call")->check(CLI::Range(4, 1 << 22));
-  cmd->add_option("--chunks", options->chunks, "score at most this many chunks (default: all)");
-  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(CLI::Range(1, 1024));
+  cmd->add_option("-f,--file", options->file, "text file (never the calibration text)")
+      ->required()
+      ->check(existing_file());
+  cmd->add_option("-c,--ctx", options->ctx, "tokens per chunk")->check(int_range(4, 1 << 20));
+  cmd->add_option("-b,--batch", options->batch, "tokens per forward call")->check(int_range(4, 1 << 22));
+  cmd->add_option("--chunks", options->chunks, "score at most this many chunks (default: all)")
+      ->check(int_range(1, 1 << 30));
+  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(int_range(1, 1024));
   add_kv_options(*cmd, options->kv, /*with_sinks=*/false);
   cmd->add_flag("--per-tensor", options->per_tensor,
                 "also the KLD of each tensor alone in the candidate's type (one run per tensor)");

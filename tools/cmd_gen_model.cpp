@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "convert/gen_model.h"
 #include "core/error.h"
@@ -100,13 +101,16 @@ void register_gen_model(CLI::App& app) {
   cmd->add_option("--preset", options->preset, "model shape (--list shows them)");
   cmd->add_option("--type", options->type, "weight type or mixture, as for `kestrel quantize` (default F16): " + quant_recipe_names());
   cmd->add_option("-o,--output", options->output, "output GGUF file");
-  cmd->add_option("--seed", options->seed, "RNG seed (default 0); the file does not depend on -t");
-  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(CLI::Range(1, 1024));
+  cmd->add_option("--seed", options->seed, "RNG seed (default 0); the file does not depend on -t")
+      ->check(int_range(0, INT64_MAX));
+  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(int_range(1, 1024));
   cmd->add_option("--vocab", options->vocab,
-                  "vocabulary file: Meta's Llama 3 tokenizer.model, or a GGUF with Llama 2's vocabulary");
+                  "vocabulary file: Meta's Llama 3 tokenizer.model, or a GGUF with Llama 2's vocabulary")
+      ->check(existing_file());
   cmd->add_option("--models-dir", options->models_dir,
                   "directory holding llama3/tokenizer.model and llama.cpp-vocab/ (default: ../shared/models "
-                  "from the current directory, else beside the repository holding this binary)");
+                  "from the current directory, else beside the repository holding this binary)")
+      ->check(CLI::ExistingDirectory);
   cmd->add_flag("--list", options->list, "list the presets");
   cmd->callback([options] { gen_model(*options); });
 }

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/progress.h"
@@ -25,7 +26,7 @@ struct ImatrixOptions {
 };
 
 void imatrix(const ImatrixOptions& o) {
-  const std::string text = read_text_file(o.file);
+  const std::string text = read_input_file(o.file, "--file");
   const auto model = Model::load(o.model);
   const auto tokenizer = Tokenizer::from_gguf(model->file());
   const auto start = std::chrono::steady_clock::now();
@@ -57,12 +58,12 @@ void register_imatrix(CLI::App& app) {
   auto options = std::make_shared<ImatrixOptions>();
   CLI::App* cmd = app.add_subcommand("imatrix", "importance matrix over a calibration text (llama.cpp's imatrix format)");
   cmd->add_option("model", options->model, "GGUF model (ideally the unquantized one)")->required();
-  cmd->add_option("-f,--file", options->file, "calibration text")->required();
+  cmd->add_option("-f,--file", options->file, "calibration text")->required()->check(existing_file());
   cmd->add_option("-o,--output", options->output, "imatrix file to write (GGUF, default imatrix.gguf)");
-  cmd->add_option("-c,--ctx", options->ctx, "tokens per chunk")->check(CLI::Range(16, 1 << 20));
-  cmd->add_option("-b,--batch", options->batch, "tokens per forward call")->check(CLI::Range(16, 1 << 22));
-  cmd->add_option("--chunks", options->chunks, "use this many chunks (default: all)")->check(CLI::Range(1, 1 << 30));
-  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(CLI::Range(1, 1024));
+  cmd->add_option("-c,--ctx", options->ctx, "tokens per chunk")->check(int_range(16, 1 << 20));
+  cmd->add_option("-b,--batch", options->batch, "tokens per forward call")->check(int_range(16, 1 << 22));
+  cmd->add_option("--chunks", options->chunks, "use this many chunks (default: all)")->check(int_range(1, 1 << 30));
+  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(int_range(1, 1024));
   cmd->add_flag("--process-output", options->process_output, "also collect the output head's input");
   cmd->callback([options] { imatrix(*options); });
 }

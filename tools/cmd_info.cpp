@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/kv_spec.h"
 #include "core/memory_info.h"
@@ -113,10 +114,11 @@ void register_info(CLI::App& app) {
   auto options = std::make_shared<InfoOptions>();
   CLI::App* cmd = app.add_subcommand("info", "describe a model and plan its memory");
   cmd->add_option("model", options->model, "GGUF model file")->required();
-  cmd->add_option("--budget-gib", options->budget_gib, "memory budget for the plan, GiB")->check(CLI::PositiveNumber);
-  cmd->add_option("--block-size", options->block_size, "KV block size in tokens")->check(CLI::Range(1, 1024));
+  cmd->add_option("--budget-gib", options->budget_gib, "memory budget for the plan, GiB")
+      ->check(number_range(0.0, double(1 << 20), Bound::Open));  // up to 1 PiB
+  cmd->add_option("--block-size", options->block_size, "KV block size in tokens")->check(int_range(1, 1024));
   cmd->add_option("--kv-memory-fraction", options->kv_memory_fraction, "share of the available memory for the plan")
-      ->check(CLI::Range(0.01, 1.0));
+      ->check(number_range(0.01, 1.0));
   add_kv_options(*cmd, options->kv, /*with_sinks=*/false);
   cmd->add_flag("--metadata", options->metadata, "also list every metadata key");
   cmd->callback([options] { info(*options); });

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/progress.h"
@@ -36,7 +37,16 @@ struct PerplexityCliOptions {
 };
 
 void perplexity(const PerplexityCliOptions& o) {
-  const std::string text = read_text_file(o.file);
+  // The options' conflicts before the text is read and the model loaded (the engine's own check
+  // would name no option).
+  if (o.kv.streaming() && o.kv.sinks >= o.ctx) {
+    fail("--attention-sinks {} must be fewer than the window (--ctx {}): the window holds the sinks and the "
+         "recent tokens", o.kv.sinks, o.ctx);
+  }
+  if (o.kv.streaming() && !o.kld_kv_type.empty()) {
+    fail("--kld-kv-type is for chunked perplexity, not with --attention-sinks");
+  }
+  const std::string text = read_input_file(o.file, "--file");
 
   const auto model = Model::load(o.model);
   const auto tokenizer = Tokenizer::from_gguf(model->file());
@@ -58,7 +68,6 @@ void perplexity(const PerplexityCliOptions& o) {
 
   PerplexityResult r;
   if (o.kv.streaming()) {
-    if (options.base_kv) fail("--kld-kv-type is for chunked perplexity, not with --attention-sinks");
     options.sink_tokens = o.kv.sinks;
     options.n_batch = std::min<int64_t>(o.batch, 512);
     const int64_t total = o.max_tokens > 0 ? std::min<int64_t>(o.max_tokens, int64_t(tokens.size()))
@@ -111,12 +120,14 @@ void register_perplexity(CLI::App& app) {
   auto options = std::make_shared<PerplexityCliOptions>();
   CLI::App* cmd = app.add_subcommand("perplexity", "perplexity of a model over a text file");
   cmd->add_option("model", options->model, "GGUF model file")->required();
-  cmd->add_option("-f,--file", options->file, "text file")->required();
-  cmd->add_option("-c,--ctx", options->ctx, "tokens per chunk (the window when streaming)")->check(CLI::Range(4, 1 << 20));
-  cmd->add_option("-b,--batch", options->batch, "tokens per forward call")->check(CLI::Range(4, 1 << 22));
-  cmd->add_option("--chunks", options->chunks, "score at most this many chunks (default: all)");
-  cmd->add_option("--max-tokens", options->max_tokens, "streaming: stream at most this many tokens of the text");
-  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(CLI::Range(1, 1024));
+  cmd->add_option("-f,--file", options->file, "text file")->required()->check(existing_file());
+  cmd->add_option("-c,--ctx", options->ctx, "tokens per chunk (the window when streaming)")->check(int_range(4, 1 << 20));
+  cmd->add_option("-b,--batch", options->batch, "tokens per forward call")->check(int_range(4, 1 << 22));
+  cmd->add_option("--chunks", options->chunks, "score at most this many chunks (default: all)")
+      ->check(int_range(1, 1 << 30));
+  cmd->add_option("--max-tokens", options->max_tokens, "streaming: stream at most this many tokens of the text")
+      ->check(int_range(1, int64_t(1) << 40));
+  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(int_range(1, 1024));
   add_kv_options(*cmd, options->kv);
   cmd->add_option("--kld-kv-type", options->kld_kv_type,
                   "also run the chunks with this KV type (e.g. f32) and print the KL divergence from it");

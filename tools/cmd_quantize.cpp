@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "cli_checks.h"
 #include "calib/gptq.h"
 #include "commands.h"
 #include "convert/requantize.h"
@@ -51,7 +52,7 @@ DType tensor_type(const std::string& name, const char* option) {
 
 // The calibration text's tokens, checked to make `chunks` chunks of `ctx`.
 std::vector<TokenId> calibration_tokens(const Tokenizer& tokenizer, const QuantizeOptions& o) {
-  const std::string text = read_text_file(o.calib);
+  const std::string text = read_input_file(o.calib, "--calib");
   std::vector<TokenId> tokens = tokenizer.encode(text, /*add_special=*/true, /*parse_special=*/false);
   require_chunks(o.calib, tokens.size(), o.calib_ctx, o.calib_chunks, "--calib-chunks", "--calib-ctx");
   return tokens;
@@ -298,7 +299,8 @@ void register_quantize(CLI::App& app) {
                   "mixture (Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M). Note: llama-quantize's Q4_K means "
                   "Q4_K_M; here Q4_K is Q4_K for every matrix")
       ->required();
-  cmd->add_option("-t,--threads", options->threads, "threads (default: one per hardware thread)");
+  cmd->add_option("-t,--threads", options->threads, "threads (default: one per hardware thread)")
+      ->check(int_range(1, 1024));
   cmd->add_option("--output-tensor-type", options->output_type, "type of output.weight (as llama-quantize)");
   cmd->add_option("--token-embedding-type", options->embedding_type, "type of token_embd.weight (as llama-quantize)");
   cmd->add_option("--method", options->method,
@@ -308,17 +310,19 @@ void register_quantize(CLI::App& app) {
                   "else rtn")
       ->check(CLI::IsMember({"rtn", "imatrix", "gptq", "awq", "awq-gptq"}));
   cmd->add_option("--imatrix", options->imatrix,
-                  "importance matrix (kestrel imatrix or llama-imatrix, GGUF or legacy .dat)");
-  cmd->add_option("--calib", options->calib, "calibration text (gptq; imatrix without --imatrix)");
+                  "importance matrix (kestrel imatrix or llama-imatrix, GGUF or legacy .dat)")
+      ->check(existing_file());
+  cmd->add_option("--calib", options->calib, "calibration text (gptq; imatrix without --imatrix)")
+      ->check(existing_file());
   cmd->add_option("--calib-ctx", options->calib_ctx, "tokens per calibration chunk (default 512)")
-      ->check(CLI::Range(int64_t(16), int64_t(1) << 20));
+      ->check(int_range(16, int64_t(1) << 20));
   cmd->add_option("--calib-chunks", options->calib_chunks, "calibration chunks (default 128)")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+      ->check(int_range(1, int64_t(1) << 20));
   cmd->add_flag("--no-act-order", options->no_act_order,
                 "gptq: quantize columns in order (default: by decreasing activation, with static groups)");
   cmd->add_flag("--no-clip", options->no_clip, "awq: scales only, no clipping search");
   cmd->add_option("--damp", options->damp, "gptq: dampening, as a fraction of the Hessian's mean diagonal (default 0.01)")
-      ->check(CLI::Range(1e-6, 10.0));
+      ->check(number_range(1e-6, 10.0));
   cmd->callback([options] { quantize(*options); });
 }
 

@@ -1,5 +1,7 @@
 // kestrel run MODEL -p PROMPT -n N: streams the generated text (not the prompt) to stdout and ends
-// with one timing line on stderr.
+// with one timing line on stderr. Ctrl-C stops generating: what was generated stays printed, the
+// timing line still comes (as llama-cli prints its timings), and the exit status is 130, so a
+// script can tell a cut text from a finished one. A second Ctrl-C exits at once.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -7,11 +9,13 @@
 #include <thread>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/kv_capacity.h"
 #include "grammar_options.h"
+#include "interrupt.h"
 #include "kv_options.h"
 #include "server_options.h"
 #include "sampling_options.h"
@@ -56,6 +60,7 @@ void run(const RunOptions& o) {
   config.grammar_jump_forward = !o.no_jump_forward;
   std::unique_ptr<Model> draft;
   apply_spec_options(o.spec, *model, draft, config);
+  check_kv_fits_memory(*model, config);
   LLMEngine engine(*model, config, tokenizer->stop_token_ids());
 
   RequestSpec spec;
@@ -69,7 +74,7 @@ void run(const RunOptions& o) {
                                                                   tokenizer->stop_token_ids());
     spec.grammar = grammar_compiler->compile(*constraint);
   }
-  engine.add_request(spec);
+  const RequestId id = engine.add_request(spec);
 
   StreamingDetokenizer detokenizer(*tokenizer);
   detokenizer.prime(prompt.back());
@@ -79,7 +84,16 @@ void run(const RunOptions& o) {
   auto last_token_time = start;
   std::vector<double> gaps;  // seconds between consecutive generated tokens
   int64_t generated = 0;
+  bool stopped = false;
+  // Installed only now: Ctrl-C while the model loads still ends the process at once.
+  InterruptGuard interrupt_guard;
   while (engine.has_unfinished()) {
+    // Polled between steps: a step is one forward pass, short next to a user's reaction.
+    if (interrupted()) {
+      engine.abort_request(id);
+      stopped = true;
+      break;
+    }
     for (const RequestOutput& out : engine.step()) {
       for (const SampleResult& sample : out.new_tokens) {
         const auto now = Clock::now();
@@ -121,6 +135,10 @@ void run(const RunOptions& o) {
     std::fprintf(stderr, "inter-token time: median %.2f ms, p99 %.2f ms, max %.2f ms over %zu gaps\n", at(0.5),
                  at(0.99), 1e3 * gaps.back(), gaps.size());
   }
+  if (stopped) {
+    std::fprintf(stderr, "kestrel: interrupted after %lld tokens\n", (long long)generated);
+    throw ExitStatus{kInterruptedExitStatus};
+  }
 }
 
 }  // namespace
@@ -130,9 +148,9 @@ void register_run(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "generate text from a prompt");
   cmd->add_option("model", options->model, "GGUF model file")->required();
   cmd->add_option("-p,--prompt", options->prompt, "prompt text (special tokens such as <s> are parsed)");
-  cmd->add_option("-n,--n-predict", options->n_predict, "tokens to generate")->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(CLI::Range(1, 1024));
-  cmd->add_option("-c,--ctx", options->ctx, "context length (default: the model's)")->check(CLI::Range(2, 1 << 24));
+  cmd->add_option("-n,--n-predict", options->n_predict, "tokens to generate")->check(int_range(1, 1 << 24));
+  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(int_range(1, 1024));
+  cmd->add_option("-c,--ctx", options->ctx, "context length (default: the model's)")->check(int_range(2, 1 << 24));
   add_sampling_options(*cmd, options->sampling);
   add_kv_options(*cmd, options->kv);
   add_spec_options(*cmd, options->spec);
@@ -141,6 +159,7 @@ void register_run(CLI::App& app) {
                 "do not verify the tokens the grammar forces as drafts (one pass for several tokens)");
   cmd->add_flag("--ignore-eos", options->ignore_eos, "keep generating after end-of-text");
   cmd->add_flag("--timings", options->timings, "also print the median, p99 and max time between tokens");
+  cmd->footer("Ctrl-C stops generating: the timing line still comes, and the exit status is 130.");
   cmd->callback([options] { run(*options); });
 }
 

@@ -19,6 +19,12 @@ void register_batch(CLI::App& app);
 void register_gen_model(CLI::App& app);
 void register_bench(CLI::App& app);
 
+// Thrown by a subcommand that has printed all it had and must still end with a non-zero status
+// (run stopped by Ctrl-C: 130); main returns `code` and prints nothing more.
+struct ExitStatus {
+  int code;
+};
+
 // Threads to use when the user gives none: every core the process may run on.
 int default_thread_count();
 

@@ -1,35 +1,26 @@
 #include "grammar_options.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "cli_checks.h"
 #include "core/error.h"
 
 namespace kestrel::cli {
 namespace {
 
-std::string read_text(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read the {} file {}", what, path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // The and llama.cpp's spellings both work: `--json-schema FILE` and `--json-schema '{...}'`.
-std::string text_or_file(const std::string& arg, const char* what) {
+std::string text_or_file(const std::string& arg, const char* option) {
   std::error_code ec;
-  return std::filesystem::is_regular_file(arg, ec) ? read_text(arg, what) : arg;
+  return std::filesystem::is_regular_file(arg, ec) ? read_input_file(arg, option) : arg;
 }
 
 }  // namespace
 
 void add_grammar_options(CLI::App& cmd, GrammarOptions& o) {
   cmd.add_option("--grammar", o.grammar, "constrain the output to a GBNF grammar (root rule 'root') or a Lark grammar, given inline or as a file");
-  cmd.add_option("--grammar-file", o.grammar_file, "... read from a file");
+  cmd.add_option("--grammar-file", o.grammar_file, "... read from a file")->check(existing_file());
   cmd.add_option("-j,--json-schema", o.json_schema, "constrain the output to JSON matching this JSON Schema, given inline or as a file");
-  cmd.add_option("--json-schema-file", o.json_schema_file, "... read from a file");
+  cmd.add_option("--json-schema-file", o.json_schema_file, "... read from a file")->check(existing_file());
   cmd.add_option("--regex", o.regex, "constrain the output to match this regular expression");
   cmd.add_flag("--json", o.json, "constrain the output to a JSON object");
 }
@@ -43,10 +34,10 @@ std::optional<grammar::Constraint> make_constraint(const GrammarOptions& o) {
     c->kind = kind;
     c->text = std::move(text);
   };
-  if (!o.grammar.empty()) set(grammar::ConstraintKind::Grammar, text_or_file(o.grammar, "grammar"));
-  if (!o.grammar_file.empty()) set(grammar::ConstraintKind::Grammar, read_text(o.grammar_file, "grammar"));
-  if (!o.json_schema.empty()) set(grammar::ConstraintKind::JsonSchema, text_or_file(o.json_schema, "JSON Schema"));
-  if (!o.json_schema_file.empty()) set(grammar::ConstraintKind::JsonSchema, read_text(o.json_schema_file, "JSON Schema"));
+  if (!o.grammar.empty()) set(grammar::ConstraintKind::Grammar, text_or_file(o.grammar, "--grammar"));
+  if (!o.grammar_file.empty()) set(grammar::ConstraintKind::Grammar, read_input_file(o.grammar_file, "--grammar-file"));
+  if (!o.json_schema.empty()) set(grammar::ConstraintKind::JsonSchema, text_or_file(o.json_schema, "--json-schema"));
+  if (!o.json_schema_file.empty()) set(grammar::ConstraintKind::JsonSchema, read_input_file(o.json_schema_file, "--json-schema-file"));
   if (!o.regex.empty()) set(grammar::ConstraintKind::Regex, o.regex);
   if (o.json) set(grammar::ConstraintKind::JsonObject, "");
   if (given > 1) fail("give at most one of --grammar, --grammar-file, --json-schema, --json-schema-file, --regex, --json");

@@ -1,6 +1,12 @@
 #include "kv_options.h"
 
+#include <fmt/format.h>
+
+#include "cli_checks.h"
+#include "core/error.h"
 #include "core/kv_spec.h"
+#include "core/memory_info.h"
+#include "engine/kv_capacity.h"
 
 namespace kestrel::cli {
 
@@ -24,7 +30,19 @@ void add_kv_options(CLI::App& cmd, KvOptions& o, bool with_sinks) {
                    "stream past the context: keep the first N tokens' K/V plus the most recent ones "
                    "(--ctx in all) so a sequence runs on with bounded memory (StreamingLLM); 0 keeps "
                    "the recent window alone")
-        ->check(CLI::Range(0, 1 << 20));
+        ->check(int_range(0, 1 << 20));
+  }
+}
+
+void check_kv_fits_memory(const Model& model, const EngineConfig& config) {
+  KvCapacity capacity;
+  resolve_kv_group_blocks(model, config, &capacity);
+  const int64_t available = available_memory_bytes();
+  if (available > 0 && capacity.bytes > available) {
+    fail("a context of {} tokens needs {} of KV cache ({} per token), more than the {} of memory available: "
+         "give a smaller --ctx",
+         config.max_model_len, human_bytes(double(capacity.bytes)), human_bytes(double(capacity.bytes_per_token)),
+         human_bytes(double(available)));
   }
 }
 

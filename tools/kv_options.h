@@ -8,6 +8,11 @@
 
 #include "core/dtype.h"
 
+namespace kestrel {
+class Model;
+struct EngineConfig;
+}  // namespace kestrel
+
 namespace kestrel::cli {
 
 struct KvOptions {
@@ -25,5 +30,10 @@ struct KvOptions {
 
 // with_sinks: also --attention-sinks (not for chat, whose turns share the prefix cache, nor info).
 void add_kv_options(CLI::App& cmd, KvOptions& o, bool with_sinks = true);
+
+// For run and chat, which size the KV pool from --ctx alone: a clear error when that pool is
+// larger than the memory available (--ctx 16777216 would otherwise be an allocation of many GiB
+// that fails, or is killed, only when the engine is built).
+void check_kv_fits_memory(const Model& model, const EngineConfig& config);
 
 }  // namespace kestrel::cli

@@ -1,9 +1,6 @@
 #include "perplexity_report.h"
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -11,15 +8,6 @@
 #include "core/error.h"
 
 namespace kestrel::cli {
-
-std::string read_text_file(const std::string& path) {
-  if (std::filesystem::is_directory(path)) fail("{}: is a directory, not a text file", path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot read", path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 int64_t require_chunks(const std::string& file, size_t n_tokens, int64_t ctx, int64_t chunks,
                        const std::string& chunks_option, const std::string& ctx_option) {

@@ -1,4 +1,4 @@
-// What perplexity, eval and imatrix share: reading the text file, and printing the
+// What perplexity, eval and imatrix share: chunking the text, and printing the
 // KL-divergence statistics in llama-perplexity --kl-divergence's layout and as JSON fields.
 #pragma once
 
@@ -11,8 +11,6 @@
 
 namespace kestrel::cli {
 
-// The whole file; a clear error for a directory or an unreadable path.
-std::string read_text_file(const std::string& path);
 // How many whole chunks of ctx tokens the text's n_tokens make; a clear error naming the options
 // when that is fewer than `chunks` (<= 0: at least one).
 int64_t require_chunks(const std::string& file, size_t n_tokens, int64_t ctx, int64_t chunks,

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "cli_checks.h"
 #include "core/error.h"
 #include "spec/draft_model_drafter.h"
 
@@ -13,9 +14,9 @@ void add_spec_options(CLI::App& cmd, SpecOptions& o) {
   cmd.add_option("--spec", o.method, "speculative decoding: draft (needs --draft-model), ngram (prompt lookup) or none")
       ->check(CLI::IsMember({"draft", "ngram", "none"}));
   cmd.add_option("--spec-tokens", o.spec_tokens, "the most draft tokens per step (0: speculation off)")
-      ->check(CLI::Range(0, 32));
-  cmd.add_option("--spec-ngram-min", o.ngram_min, "shortest n-gram prompt lookup matches")->check(CLI::Range(1, 64));
-  cmd.add_option("--spec-ngram-max", o.ngram_max, "longest n-gram prompt lookup matches")->check(CLI::Range(1, 64));
+      ->check(int_range(0, 32));
+  cmd.add_option("--spec-ngram-min", o.ngram_min, "shortest n-gram prompt lookup matches")->check(int_range(1, 64));
+  cmd.add_option("--spec-ngram-max", o.ngram_max, "longest n-gram prompt lookup matches")->check(int_range(1, 64));
   cmd.add_flag("--spec-fixed", o.fixed,
                "always draft --spec-tokens tokens (default: the adaptive policy decides per step from "
                "measured costs and acceptance)");

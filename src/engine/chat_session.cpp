@@ -60,7 +60,7 @@ std::vector<TokenId> ChatSession::render_prompt(const json& messages) const {
   return tokenizer_.encode(text, /*add_special=*/false, /*parse_special=*/true);
 }
 
-ChatTurnStats ChatSession::send(std::string_view user_message, const TextSink& on_text) {
+ChatTurnStats ChatSession::send(std::string_view user_message, const TextSink& on_text, const StopCheck& should_stop) {
   json messages = messages_;
   messages.push_back({{"role", "user"}, {"content", std::string(user_message)}});
   // The whole conversation is rendered and tokenized again rather than extended token by token:
@@ -103,6 +103,11 @@ ChatTurnStats ChatSession::send(std::string_view user_message, const TextSink& o
   bool done = false;
   try {
     while (!done && engine_.has_unfinished()) {
+      if (should_stop && should_stop()) {
+        engine_.abort_request(id);
+        stats.finish_reason = FinishReason::Abort;
+        break;
+      }
       for (const RequestOutput& out : engine_.step()) {
         if (out.id != id) continue;
         stats.cached_tokens = out.num_cached_tokens;
@@ -137,6 +142,7 @@ ChatTurnStats ChatSession::send(std::string_view user_message, const TextSink& o
   stats.context_full = stats.finish_reason == FinishReason::Length &&
                        stats.prompt_tokens + stats.generated_tokens >= context;
 
+  if (stats.finish_reason == FinishReason::Abort && reply.empty()) return stats;  // nothing to keep
   messages.push_back({{"role", "assistant"}, {"content", reply_text}});
   messages_ = std::move(messages);
   last_prompt_ = std::move(prompt);

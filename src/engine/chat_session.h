@@ -57,6 +57,8 @@ class ContextFullError : public Error {
 class ChatSession {
  public:
   using TextSink = std::function<void(std::string_view)>;
+  // Polled before every engine step; true stops the reply (Ctrl-C in `kestrel chat`).
+  using StopCheck = std::function<bool()>;
 
   // The engine is used only by this session while send() runs; it should hold one sequence's
   // worth of KV blocks (see make_chat_engine_config) with prefix caching on for reuse.
@@ -67,7 +69,12 @@ class ChatSession {
   // decoded, never splitting a UTF-8 character) and adds it to the conversation. Throws
   // ContextFullError if no reply token fits; other kestrel::Errors (template, engine) also leave
   // the conversation unchanged.
-  ChatTurnStats send(std::string_view user_message, const TextSink& on_text);
+  // When `should_stop` says so the request is aborted and finish_reason is Abort. A reply cut
+  // after some tokens is kept as the assistant's turn: it is what the user saw, the next turn
+  // reuses its blocks, and templates that insist on alternating roles still get user, assistant.
+  // Stopped before any reply token (during the prompt pass), the message is dropped with nothing
+  // to show for it, and the conversation is unchanged.
+  ChatTurnStats send(std::string_view user_message, const TextSink& on_text, const StopCheck& should_stop = {});
   // Starts a new conversation (same system prompt). Cached blocks stay until evicted.
   void clear();
 

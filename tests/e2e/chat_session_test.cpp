@@ -1,7 +1,8 @@
 // ChatSession (`kestrel chat`) on a real model, stories260K with the built-in chatml template (the
 // model has none): later turns reuse the earlier turns' KV blocks — prompt and generated tokens —
 // through the prefix cache, the replies are exactly those computed from scratch, and a
-// conversation that outgrows the context fails cleanly and recovers after clear().
+// conversation that outgrows the context fails cleanly and recovers after clear(); a stopped
+// reply keeps what was streamed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -189,6 +190,36 @@ TEST_F(ChatSessionTest, OverlongConversationFailsCleanlyAndWorksAfterClear) {
   EXPECT_GT(stats.generated_tokens, 0);
   EXPECT_FALSE(text.empty());
   EXPECT_EQ(session.messages().size(), 3u);
+}
+
+// Ctrl-C in `kestrel chat`: the stop check ends the reply where it is. A reply cut after some
+// tokens stays in the conversation as streamed (and the next turn reuses its blocks); one stopped
+// before its first token leaves the conversation as it was.
+TEST_F(ChatSessionTest, StoppedReplyKeepsWhatWasStreamedOrDropsAnEmptyTurn) {
+  EngineConfig config = make_chat_engine_config(*model_, 512, 2);
+  LLMEngine engine(*model_, config, tokenizer_->stop_token_ids());
+  ChatSession session(engine, *tokenizer_, chatml(), greedy(400));
+  std::string streamed;
+  int pieces = 0;
+  const ChatTurnStats cut = session.send(
+      "Tell me a story.", [&](std::string_view text) { streamed += text, ++pieces; }, [&] { return pieces >= 5; });
+  EXPECT_EQ(cut.finish_reason, FinishReason::Abort);
+  EXPECT_GE(cut.generated_tokens, 5);
+  EXPECT_LT(cut.generated_tokens, 400);
+  EXPECT_EQ(engine.kv().num_free_blocks(), engine.kv().num_blocks()) << "blocks leaked";
+  ASSERT_EQ(session.messages().size(), 3u);
+  EXPECT_EQ(session.messages()[2]["content"].get<std::string>(), streamed);
+
+  const ChatTurnStats dropped = session.send("Go on.", {}, [] { return true; });
+  EXPECT_EQ(dropped.finish_reason, FinishReason::Abort);
+  EXPECT_EQ(dropped.generated_tokens, 0);
+  EXPECT_EQ(session.messages().size(), 3u) << "a turn stopped before its first token is not kept";
+
+  const ChatTurnStats next = session.send("Go on.", {});
+  EXPECT_NE(next.finish_reason, FinishReason::Abort);
+  const int64_t block = config.block_size;
+  EXPECT_GE(next.cached_tokens, cut.prompt_tokens / block * block) << "the cut turn's blocks are reused";
+  EXPECT_EQ(session.messages().size(), 5u);
 }
 
 TEST(ChatTemplateLoad, BuiltinNamesFilesAndTheModelsOwn) {

@@ -140,6 +140,11 @@ void batch(const BatchOptions& o) {
       const json& line = in.value;
       if (!line.is_object()) throw server::ApiError(400, fmt::format("line {}: not a JSON object", in.number));
       json body = line.contains("body") ? line["body"] : line;
+      if (!line.contains("body")) {
+        // A bare body carries the batch envelope's fields beside the request's: they are not
+        // request fields (the parser refuses unknown ones).
+        for (const char* envelope : {"custom_id", "url", "method"}) body.erase(envelope);
+      }
       const std::string url = line.value("url", body.contains("messages") ? "/v1/chat/completions" : "/v1/completions");
       body["stream"] = false;
       job.request = std::make_shared<server::ParsedRequest>(

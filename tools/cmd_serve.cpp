@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "chat/chat_template.h"
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
 #include "engine/async_engine.h"
@@ -28,7 +29,7 @@ void add_seconds_option(CLI::App& cmd, const std::string& name, std::chrono::mil
   cmd.add_option_function<double>(
          name, [&target](double seconds) { target = std::chrono::milliseconds(int64_t(seconds * 1000.0 + 0.5)); },
          fmt::format("{} (default {:g})", help, double(target.count()) / 1000.0))
-      ->check(CLI::Range(lo, hi));
+      ->check(number_range(lo, hi));
 }
 
 struct ServeOptions {
@@ -112,16 +113,16 @@ void register_serve(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   cmd->add_option("model", options->model, "GGUF model file")->required();
   cmd->add_option("--host", options->http.host, "address to listen on");
-  cmd->add_option("--port", options->http.port, "port (0: any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--port", options->http.port, "port (0: any free port)")->check(int_range(0, 65535));
   cmd->add_option("--api-key", options->http.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
   cmd->add_option("--served-model-name", options->served_name, "model id in the API (default: file name)");
   cmd->add_option("--chat-template", options->chat_template,
                   "built-in template name or a Jinja file (default: the model's own)");
   cmd->add_option("--max-queue", options->max_queue, "queued requests beyond which new ones get 503")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(int_range(1, 1 << 20));
   server::HttpLimits& limits = options->http.limits;
   cmd->add_option("--max-body-bytes", limits.max_body_bytes, "larger request bodies get 413")
-      ->check(CLI::Range(size_t(1), size_t(1) << 34));
+      ->check(int_range(1, int64_t(1) << 34));
   cmd->add_flag_function("--compact-json", [o = options.get()](int64_t) { o->http.json_any_whitespace = false; },
                 "structured output's JSON without free whitespace (vLLM's disable_any_whitespace; a request can still ask)");
   add_seconds_option(*cmd, "--shutdown-timeout", options->http.shutdown_timeout, 0, 86400,
@@ -135,10 +136,10 @@ void register_serve(CLI::App& app) {
                      "seconds a write to a client may take before the client counts as gone");
   cmd->add_option("--max-connections", limits.max_connections,
                   "connections open at once; at the cap the oldest one still sending its request is closed")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(int_range(1, 1 << 20));
   cmd->add_option("--max-connections-per-client", limits.max_connections_per_client,
                   "connections open at once from one address (same rule)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(int_range(1, 1 << 20));
   add_engine_options(*cmd, options->engine);
   cmd->callback([options] { serve(*options); });
 }

@@ -1,23 +1,24 @@
 #include "server_options.h"
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
 
 namespace kestrel::cli {
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o) {
-  cmd.add_option("-t,--threads", o.threads, "compute threads (default: all cores)")->check(CLI::Range(1, 1024));
-  cmd.add_option("-c,--ctx", o.ctx, "context length per request (default: the model's)")->check(CLI::Range(2, 1 << 24));
+  cmd.add_option("-t,--threads", o.threads, "compute threads (default: all cores)")->check(int_range(1, 1024));
+  cmd.add_option("-c,--ctx", o.ctx, "context length per request (default: the model's)")->check(int_range(2, 1 << 24));
   cmd.add_option("--kv-memory-mib", o.kv_memory_mib,
                  "KV-cache memory, MiB (default: --kv-memory-fraction of the memory available at start)")
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(int_range(1, 1 << 24));
   cmd.add_option("--kv-memory-fraction", o.kv_memory_fraction,
                  "share of the available memory (less weights and activations) the KV cache takes when "
                  "--kv-memory-mib is not given")
-      ->check(CLI::Range(0.01, 1.0));
-  cmd.add_option("--kv-blocks", o.kv_blocks, "KV-cache blocks (overrides --kv-memory-mib)")->check(CLI::Range(1, 1 << 30));
-  cmd.add_option("--max-num-seqs", o.max_num_seqs, "sequences per step")->check(CLI::Range(1, 4096));
-  cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "tokens per step")->check(CLI::Range(1, 1 << 20));
+      ->check(number_range(0.01, 1.0));
+  cmd.add_option("--kv-blocks", o.kv_blocks, "KV-cache blocks (overrides --kv-memory-mib)")->check(int_range(1, 1 << 30));
+  cmd.add_option("--max-num-seqs", o.max_num_seqs, "sequences per step")->check(int_range(1, 4096));
+  cmd.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "tokens per step")->check(int_range(1, 1 << 20));
   cmd.add_option("--scheduler", o.scheduler, "continuous (default) or static (whole batches, for comparison)")
       ->check(CLI::IsMember({"continuous", "static"}));
   cmd.add_flag("--no-prefix-caching", o.no_prefix_caching, "do not reuse KV blocks of shared prefixes");

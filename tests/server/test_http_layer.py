@@ -299,3 +299,16 @@ def test_a_second_signal_ends_requests_at_once():
         t.join(timeout=10)
     assert waiting == {"status": 503, "retry": "1"}, waiting
     assert all("server_shutting_down" in lines[-2] for lines in received)
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--shutdown-timeout", "nan"), ("--shutdown-timeout", "-1"), ("--head-timeout", "0"),
+    ("--max-connections", "0"), ("--max-body-bytes", "-5"), ("--port", "70000"),
+    ("--max-connections-per-client", "99999999999999999999"),
+])
+def test_bad_serve_options_are_one_clear_line(option, value):
+    proc = subprocess.run([str(KESTREL), "serve", str(MODEL), option, value], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and option in lines[0], proc.stderr

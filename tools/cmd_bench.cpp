@@ -316,7 +316,7 @@ void register_bench(CLI::App& app) {
   auto options = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "measure prompt, generation and batched decode speed");
   cmd->add_option("model", options->model, "GGUF model file")->required();
-  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(int_range(1, 1024));
+  cmd->add_option("-t,--threads", options->threads, "threads (default: the available CPUs)")->check(int_range(1, 1024));
   cmd->add_option("--pp", options->pp, "prompt tokens (0: skip)")->check(int_range(0, 1 << 16));
   cmd->add_option("--tg", options->tg, "generated tokens (0: skip)")->check(int_range(0, 1 << 16));
   cmd->add_option("--batch", options->batch, "batched decode: numbers of sequences (0: skip)")

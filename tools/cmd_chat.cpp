@@ -193,7 +193,7 @@ void register_chat(CLI::App& app) {
   cmd->add_option("--chat-template", options->chat_template,
                   "built-in template name or a Jinja file (default: the model's own)");
   cmd->add_option("-n,--n-predict", options->n_predict, "most tokens per reply")->check(int_range(1, 1 << 24));
-  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(int_range(1, 1024));
+  cmd->add_option("-t,--threads", options->threads, "threads (default: the available CPUs)")->check(int_range(1, 1024));
   cmd->add_option("-c,--ctx", options->ctx, "context length (default: the model's)")->check(int_range(2, 1 << 24));
   add_sampling_options(*cmd, options->sampling);
   add_kv_options(*cmd, options->kv, /*with_sinks=*/false);

@@ -159,7 +159,7 @@ void register_eval(CLI::App& app) {
   cmd->add_option("-b,--batch", options->batch, "tokens per forward call")->check(int_range(4, 1 << 22));
   cmd->add_option("--chunks", options->chunks, "score at most this many chunks (default: all)")
       ->check(int_range(1, 1 << 30));
-  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(int_range(1, 1024));
+  cmd->add_option("-t,--threads", options->threads, "threads (default: the available CPUs)")->check(int_range(1, 1024));
   add_kv_options(*cmd, options->kv, /*with_sinks=*/false);
   cmd->add_flag("--per-tensor", options->per_tensor,
                 "also the KLD of each tensor alone in the candidate's type (one run per tensor)");

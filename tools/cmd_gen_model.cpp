@@ -103,7 +103,7 @@ void register_gen_model(CLI::App& app) {
   cmd->add_option("-o,--output", options->output, "output GGUF file");
   cmd->add_option("--seed", options->seed, "RNG seed (default 0); the file does not depend on -t")
       ->check(int_range(0, INT64_MAX));
-  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(int_range(1, 1024));
+  cmd->add_option("-t,--threads", options->threads, "threads (default: the available CPUs)")->check(int_range(1, 1024));
   cmd->add_option("--vocab", options->vocab,
                   "vocabulary file: Meta's Llama 3 tokenizer.model, or a GGUF with Llama 2's vocabulary")
       ->check(existing_file());

@@ -63,7 +63,7 @@ void register_imatrix(CLI::App& app) {
   cmd->add_option("-c,--ctx", options->ctx, "tokens per chunk")->check(int_range(16, 1 << 20));
   cmd->add_option("-b,--batch", options->batch, "tokens per forward call")->check(int_range(16, 1 << 22));
   cmd->add_option("--chunks", options->chunks, "use this many chunks (default: all)")->check(int_range(1, 1 << 30));
-  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(int_range(1, 1024));
+  cmd->add_option("-t,--threads", options->threads, "threads (default: the available CPUs)")->check(int_range(1, 1024));
   cmd->add_flag("--process-output", options->process_output, "also collect the output head's input");
   cmd->callback([options] { imatrix(*options); });
 }

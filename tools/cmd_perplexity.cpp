@@ -127,7 +127,7 @@ void register_perplexity(CLI::App& app) {
       ->check(int_range(1, 1 << 30));
   cmd->add_option("--max-tokens", options->max_tokens, "streaming: stream at most this many tokens of the text")
       ->check(int_range(1, int64_t(1) << 40));
-  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(int_range(1, 1024));
+  cmd->add_option("-t,--threads", options->threads, "threads (default: the available CPUs)")->check(int_range(1, 1024));
   add_kv_options(*cmd, options->kv);
   cmd->add_option("--kld-kv-type", options->kld_kv_type,
                   "also run the chunks with this KV type (e.g. f32) and print the KL divergence from it");

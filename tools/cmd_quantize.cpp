@@ -299,7 +299,7 @@ void register_quantize(CLI::App& app) {
                   "mixture (Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M). Note: llama-quantize's Q4_K means "
                   "Q4_K_M; here Q4_K is Q4_K for every matrix")
       ->required();
-  cmd->add_option("-t,--threads", options->threads, "threads (default: one per hardware thread)")
+  cmd->add_option("-t,--threads", options->threads, "threads (default: the available CPUs)")
       ->check(int_range(1, 1024));
   cmd->add_option("--output-tensor-type", options->output_type, "type of output.weight (as llama-quantize)");
   cmd->add_option("--token-embedding-type", options->embedding_type, "type of token_embd.weight (as llama-quantize)");

@@ -6,11 +6,11 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cli_checks.h"
 #include "commands.h"
+#include "core/cpu_info.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/kv_capacity.h"
@@ -149,7 +149,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("model", options->model, "GGUF model file")->required();
   cmd->add_option("-p,--prompt", options->prompt, "prompt text (special tokens such as <s> are parsed)");
   cmd->add_option("-n,--n-predict", options->n_predict, "tokens to generate")->check(int_range(1, 1 << 24));
-  cmd->add_option("-t,--threads", options->threads, "threads (default: all cores)")->check(int_range(1, 1024));
+  cmd->add_option("-t,--threads", options->threads, "threads (default: the available CPUs)")->check(int_range(1, 1024));
   cmd->add_option("-c,--ctx", options->ctx, "context length (default: the model's)")->check(int_range(2, 1 << 24));
   add_sampling_options(*cmd, options->sampling);
   add_kv_options(*cmd, options->kv);
@@ -163,9 +163,6 @@ void register_run(CLI::App& app) {
   cmd->callback([options] { run(*options); });
 }
 
-int default_thread_count() {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : int(n);
-}
+int default_thread_count() { return available_cpus(); }
 
 }  // namespace kestrel::cli

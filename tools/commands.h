@@ -25,7 +25,8 @@ struct ExitStatus {
   int code;
 };
 
-// Threads to use when the user gives none: every core the process may run on.
+// Threads to use when the user gives none: the CPUs this process may use (affinity mask, cgroup
+// CPU quota: core/cpu_info.h).
 int default_thread_count();
 
 }  // namespace kestrel::cli

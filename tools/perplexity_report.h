@@ -15,7 +15,7 @@ namespace kestrel::cli {
 // when that is fewer than `chunks` (<= 0: at least one).
 int64_t require_chunks(const std::string& file, size_t n_tokens, int64_t ctx, int64_t chunks,
                        const std::string& chunks_option, const std::string& ctx_option);
-// Chunking, batch, threads (0: all cores) and BOS as perplexity, eval and imatrix all take them;
+// Chunking, batch, threads (0: the available CPUs) and BOS as perplexity, eval and imatrix all take them;
 // the caller sets the K/V types.
 PerplexityOptions chunked_options(const Tokenizer& tokenizer, int64_t ctx, int64_t batch, int64_t chunks, int threads);
 // "PPL (base):", "PPL change:", "Mean KLD:" ... "RMS Δp:"; base_label names the base ("base KV").

@@ -7,7 +7,7 @@
 namespace kestrel::cli {
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o) {
-  cmd.add_option("-t,--threads", o.threads, "compute threads (default: all cores)")->check(int_range(1, 1024));
+  cmd.add_option("-t,--threads", o.threads, "compute threads (default: the available CPUs)")->check(int_range(1, 1024));
   cmd.add_option("-c,--ctx", o.ctx, "context length per request (default: the model's)")->check(int_range(2, 1 << 24));
   cmd.add_option("--kv-memory-mib", o.kv_memory_mib,
                  "KV-cache memory, MiB (default: --kv-memory-fraction of the memory available at start)")

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <thread>
 #include <vector>
 
+#include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
@@ -113,7 +113,7 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
   writer.set_u32("general.file_type", recipe.file_type);
   writer.set_u32("general.quantization_version", 2);  // GGML_QNT_VERSION, as llama-quantize writes
 
-  if (num_threads <= 0) num_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  if (num_threads <= 0) num_threads = available_cpus();
   ThreadPool pool(num_threads);
   ProgressBar progress("quantizing", int64_t(plan.size()));
   for (size_t i = 0; i < plan.size(); ++i) {

@@ -17,7 +17,9 @@ constexpr uint64_t kSlotMask = (uint64_t(1) << kSlotBits) - 1;
 // so a spinning thread does not starve the thread it waits for when threads outnumber cores (the
 // server's HTTP threads, other processes). Measured on 2 cores, empty regions back to back: 2
 // threads 1-2 us per region (condition variables only: 4-6 us); 3 threads 6-8 us (26 us; pure
-// spinning without yields: 740 us).
+// spinning without yields: 740 us). Since slots are claimable, the spin no longer decides whether
+// a descheduled worker stalls a region (the caller runs the slot instead), and a tenth of it
+// (2000) decoded no faster with both cores busy (docs/PERFORMANCE.md), so it stays.
 constexpr int kSpinIterations = 20000;
 
 inline void cpu_relax(int spin) {

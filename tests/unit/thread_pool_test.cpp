@@ -35,7 +35,7 @@ void expect_each_slot_once_per_region(ThreadPool& pool, int regions) {
       }
       if (busy[size_t(slot)].exchange(true)) errors.fetch_add(1);
       // A little work, so that workers get to claim slots before the caller has run them all.
-      volatile int sink = 0;
+      [[maybe_unused]] volatile int sink = 0;
       for (int i = 0; i < 300; ++i) sink = i;
       calls[size_t(slot)].fetch_add(1);
       busy[size_t(slot)].store(false);

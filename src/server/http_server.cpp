@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <ctime>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -138,11 +139,8 @@ HttpResponse HttpServer::Impl::tokenize(const HttpRequest& request) const {
     const auto body = parse_body(request);
     const auto* content = field(body, "content");
     if (content == nullptr || !content->is_string()) bad("content", "'content' must be a string");
-    for (const auto& [key, value] : body.items()) {
-      if (key != "content" && key != "add_special" && key != "parse_special" && key != "with_pieces") {
-        bad(key, fmt::format("unrecognized request argument: {}", key));
-      }
-    }
+    static const std::set<std::string> kFields = {"content", "add_special", "parse_special", "with_pieces"};
+    refuse_unknown_fields(body, {&kFields});
     const Tokenizer& tokenizer = engine.tokenizer();
     const std::vector<TokenId> tokens = tokenizer.encode(content->get<std::string>(), boolean(body, "add_special", false),
                                                          boolean(body, "parse_special", true));
@@ -174,9 +172,8 @@ HttpResponse HttpServer::Impl::detokenize(const HttpRequest& request) const {
     const auto body = parse_body(request);
     const auto* tokens = field(body, "tokens");
     if (tokens == nullptr || !tokens->is_array()) bad("tokens", "'tokens' must be a list of token ids");
-    for (const auto& [key, value] : body.items()) {
-      if (key != "tokens") bad(key, fmt::format("unrecognized request argument: {}", key));
-    }
+    static const std::set<std::string> kFields = {"tokens"};
+    refuse_unknown_fields(body, {&kFields});
     const Tokenizer& tokenizer = engine.tokenizer();
     std::vector<TokenId> ids;
     for (const auto& t : *tokens) {

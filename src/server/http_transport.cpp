@@ -250,9 +250,4 @@ void HttpTransport::abort() {
   s.changed_.notify_all();
 }
 
-int HttpTransport::running_handlers() const {
-  std::lock_guard<std::mutex> lock(impl_->mutex_);
-  return impl_->handlers_;
-}
-
 }  // namespace kestrel::server

@@ -49,9 +49,6 @@ class HttpTransport {
   // Ends the grace period now (a second signal).
   void abort();
 
-  // Requests whose handlers are running (for tests and logs).
-  int running_handlers() const;
-
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

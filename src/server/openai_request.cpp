@@ -57,16 +57,6 @@ const std::set<std::string> kChatFields = {"messages", "max_tokens", "max_comple
                                            "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
                                            "add_generation_prompt", "chat_template_kwargs"};
 
-void refuse_unknown_fields(const json& body, const std::set<std::string>& endpoint_fields) {
-  std::vector<std::string> unknown;
-  for (const auto& [key, value] : body.items()) {
-    if (!kCommonFields.count(key) && !endpoint_fields.count(key)) unknown.push_back(key);
-  }
-  if (unknown.empty()) return;
-  bad(unknown.front(), fmt::format("unrecognized request argument{}: {} (see docs/SERVER.md for what this server accepts)",
-                                   unknown.size() > 1 ? "s" : "", fmt::join(unknown, ", ")));
-}
-
 // Fields shared by both endpoints.
 void parse_common(const json& body, ParsedRequest& r) {
   if (!body.is_object()) bad("", "the request body must be a JSON object");
@@ -128,7 +118,7 @@ ParsedRequest parse_completion_request(const json& body, const Tokenizer& tokeni
   ParsedRequest r;
   r.endpoint = Endpoint::Completions;
   parse_common(body, r);
-  refuse_unknown_fields(body, kCompletionFields);
+  refuse_unknown_fields(body, {&kCommonFields, &kCompletionFields});
   r.structured = parse_structured_request(body, /*chat=*/false);
   r.max_tokens = integer(body, "max_tokens", 16, 0, int64_t(1) << 31);
   r.echo = boolean(body, "echo", false);
@@ -179,7 +169,7 @@ ParsedRequest parse_chat_request(const json& body, const Tokenizer& tokenizer,
   ParsedRequest r;
   r.endpoint = Endpoint::ChatCompletions;
   parse_common(body, r);
-  refuse_unknown_fields(body, kChatFields);
+  refuse_unknown_fields(body, {&kCommonFields, &kChatFields});
   r.structured = parse_structured_request(body, /*chat=*/true);
   const int64_t max_completion = integer(body, "max_completion_tokens", -1, 1, int64_t(1) << 31);
   r.max_tokens = integer(body, "max_tokens", max_completion, 1, int64_t(1) << 31);

@@ -33,6 +33,20 @@ def status_of(response_bytes):
     return int(response_bytes.split(b" ", 2)[1])
 
 
+def count_closed(conns, wait):
+    """How many of the sockets the server has closed (each given `wait` seconds to show it)."""
+    closed = 0
+    for c in conns:
+        c.settimeout(wait)
+        try:
+            closed += c.recv(1024) == b""
+        except socket.timeout:
+            pass
+        except OSError:
+            closed += 1
+    return closed
+
+
 def health_latencies(server, count, pause=0.1):
     """Seconds each of `count` fresh-connection /health probes took (a probe that fails counts as inf)."""
     out = []
@@ -82,15 +96,7 @@ def test_health_answers_during_a_slowloris_flood(hardened):
         assert max(latencies) <= 1.0, latencies
         # The head deadline is 3 s for the whole head: by 6 s every dripping connection is closed.
         time.sleep(3.5)
-        closed = 0
-        for c in conns:
-            c.settimeout(0.01)
-            try:
-                closed += c.recv(1024) == b""
-            except socket.timeout:
-                pass
-            except OSError:
-                closed += 1
+        closed = count_closed(conns, 0.01)
         assert closed == len(conns), f"{len(conns) - closed} slow connections still open"
     finally:
         stop.set()
@@ -123,15 +129,7 @@ def test_connection_cap_makes_room_for_new_clients():
             conns.append(socket.create_connection(("127.0.0.1", s.port), timeout=5))
         time.sleep(0.3)
         assert httpx.get(s.base + "/health", timeout=2).status_code == 200
-        closed = 0
-        for c in conns:
-            c.settimeout(0.5)
-            try:
-                closed += c.recv(1) == b""
-            except socket.timeout:
-                pass
-            except OSError:
-                closed += 1
+        closed = count_closed(conns, 0.5)
         assert closed >= 20, closed
     finally:
         for c in conns:

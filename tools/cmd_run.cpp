@@ -17,6 +17,7 @@
 #include "grammar_options.h"
 #include "interrupt.h"
 #include "kv_options.h"
+#include "parallel_options.h"
 #include "server_options.h"
 #include "sampling_options.h"
 #include "spec_options.h"
@@ -38,10 +39,11 @@ struct RunOptions {
   bool no_jump_forward = false;
   bool ignore_eos = false;
   bool timings = false;
+  ParallelOptions parallel;
 };
 
-void run(const RunOptions& o) {
-  const auto model = Model::load(o.model);
+void generate(const RunOptions& o, const Model& loaded, ParallelContext& parallel) {
+  const Model* const model = &loaded;
   const auto tokenizer = Tokenizer::from_gguf(model->file());
   std::vector<TokenId> prompt = tokenizer->encode(o.prompt, /*add_special=*/true, /*parse_special=*/true);
   if (prompt.empty()) fail("the prompt is empty and the model adds no BOS token");
@@ -61,6 +63,7 @@ void run(const RunOptions& o) {
   std::unique_ptr<Model> draft;
   apply_spec_options(o.spec, *model, draft, config);
   check_kv_fits_memory(*model, config);
+  config.parallel = &parallel;
   LLMEngine engine(*model, config, tokenizer->stop_token_ids());
 
   RequestSpec spec;
@@ -141,6 +144,12 @@ void run(const RunOptions& o) {
   }
 }
 
+void run(const RunOptions& o) {
+  GroupMember member = join_group(o.parallel, o.model);
+  if (!member.is_root()) return run_worker_rank(member, o.threads, o.kv);
+  run_root_rank(member, [&] { generate(o, *member.model, *member.parallel); });
+}
+
 }  // namespace
 
 void register_run(CLI::App& app) {
@@ -155,6 +164,7 @@ void register_run(CLI::App& app) {
   add_kv_options(*cmd, options->kv);
   add_spec_options(*cmd, options->spec);
   add_grammar_options(*cmd, options->grammar);
+  add_parallel_options(*cmd, options->parallel);
   cmd->add_flag("--no-jump-forward", options->no_jump_forward,
                 "do not verify the tokens the grammar forces as drafts (one pass for several tokens)");
   cmd->add_flag("--ignore-eos", options->ignore_eos, "keep generating after end-of-text");

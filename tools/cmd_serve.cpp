@@ -17,6 +17,7 @@
 #include "engine/async_engine.h"
 #include "engine/chat_session.h"
 #include "server/http_server.h"
+#include "parallel_options.h"
 #include "server_options.h"
 #include "tokenizer/tokenizer.h"
 
@@ -39,10 +40,11 @@ struct ServeOptions {
   std::string chat_template;
   std::string served_name;
   int64_t max_queue = 256;
+  ParallelOptions parallel;
 };
 
-void serve(ServeOptions& o) {
-  const auto model = Model::load(o.model);
+void serve_root(ServeOptions& o, const Model& loaded, ParallelContext& parallel) {
+  const Model* const model = &loaded;
   const auto tokenizer = Tokenizer::from_gguf(model->file());
   const std::optional<chat::ChatTemplate> chat_template = load_chat_template(o.chat_template, model->file());
 
@@ -61,13 +63,20 @@ void serve(ServeOptions& o) {
 
   AsyncEngineConfig config;
   config.engine = make_engine_config(o.engine, *model);
+  config.engine.parallel = &parallel;
   std::unique_ptr<Model> draft;  // outlives the engine
   apply_spec_options(o.engine.spec, *model, draft, config.engine);
   config.max_queued_requests = o.max_queue;
+  std::atomic<server::HttpServer*> http_server{nullptr};
+  config.on_group_failure = [&http_server] {
+    // The requests in flight have their errors; drain their responses and stop.
+    if (server::HttpServer* server = http_server.load()) server->shutdown();
+  };
   AsyncEngine engine(*model, *tokenizer, config);
   o.http.model_name = !o.served_name.empty() ? o.served_name
                                              : std::filesystem::path(o.model).stem().string();
   server::HttpServer http(engine, chat_template ? &*chat_template : nullptr, o.http);
+  http_server.store(&http);
   const int port = http.bind();
   fmt::print(stderr, "kestrel: serving '{}' on http://{}:{} (context {}{})\n", o.http.model_name, o.http.host,
              port, engine.max_request_tokens(), chat_template ? "" : ", no chat template");
@@ -103,7 +112,17 @@ void serve(ServeOptions& o) {
   // serve() also returns if the listener fails; wake the signal thread so it ends too.
   pthread_kill(stopper.native_handle(), SIGTERM);
   stopper.join();
+  if (const std::optional<std::string> failure = engine.group_failure()) {
+    // Fail-stop: the requests in flight have had their errors; end every rank.
+    throw GroupFailure(*failure);
+  }
   fmt::print(stderr, "kestrel: stopped\n");
+}
+
+void serve(ServeOptions& o) {
+  GroupMember member = join_group(o.parallel, o.model);
+  if (!member.is_root()) return run_worker_rank(member, o.engine.threads, o.engine.kv);
+  run_root_rank(member, [&] { serve_root(o, *member.model, *member.parallel); });
 }
 
 }  // namespace
@@ -141,6 +160,7 @@ void register_serve(CLI::App& app) {
                   "connections open at once from one address (same rule)")
       ->check(int_range(1, 1 << 20));
   add_engine_options(*cmd, options->engine);
+  add_parallel_options(*cmd, options->parallel);
   cmd->callback([options] { serve(*options); });
 }
 

@@ -31,7 +31,8 @@ AsyncEngine::AsyncEngine(const Model& model, const Tokenizer& tokenizer, const A
       kv_capacity_(engine_.kv_capacity()),
       prefix_caching_(engine_.kv().prefix_caching()),
       speculative_(engine_.speculator() != nullptr),
-      max_queued_(config.max_queued_requests) {
+      max_queued_(config.max_queued_requests),
+      on_group_failure_(config.on_group_failure) {
   publish_gauges();
   thread_ = std::thread([this] { loop(); });
 }
@@ -52,7 +53,15 @@ std::shared_ptr<const grammar::CompiledGrammar> AsyncEngine::compile_grammar(con
   return grammar_compiler_->compile(constraint);
 }
 
+std::optional<std::string> AsyncEngine::group_failure() const {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  return group_failure_;
+}
+
 std::shared_ptr<RequestStream> AsyncEngine::submit(const GenerateRequest& request) {
+  if (const std::optional<std::string> failure = group_failure()) {
+    throw RequestRejected(RejectReason::Unavailable, "the model's process group has failed: " + *failure);
+  }
   // The capacity check reads only the immutable limits, so it is safe from any thread.
   const std::string problem =
       engine_.scheduler().check_capacity(int64_t(request.prompt.size()), request.max_tokens);
@@ -279,6 +288,14 @@ void AsyncEngine::loop() {
         GenerationEvent event;
         event.error = e.what();
         finish(id, it->second, std::move(event), FinishReason::Error);
+      }
+      // A broken process group cannot compute again: refuse what comes, and tell the server.
+      if (dynamic_cast<const GroupFailure*>(&e) != nullptr) {
+        {
+          std::lock_guard<std::mutex> lock(failure_mutex_);
+          group_failure_ = e.what();
+        }
+        if (on_group_failure_) on_group_failure_();
       }
     }
     publish_gauges();

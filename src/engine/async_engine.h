@@ -8,7 +8,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -76,7 +78,8 @@ struct GenerateRequest {
   bool prompt_logprobs = false;  // score the prompt (GenerationEvent::prompt_logprobs)
 };
 
-enum class RejectReason { Invalid, QueueFull };
+// Unavailable: the process group the model runs on has failed (fail-stop; dist/communicator.h).
+enum class RejectReason { Invalid, QueueFull, Unavailable };
 
 // A request refused at submission: it could never run (prompt too long...) or the queue is full.
 class RequestRejected : public Error {
@@ -91,6 +94,9 @@ class RequestRejected : public Error {
 struct AsyncEngineConfig {
   EngineConfig engine;
   int64_t max_queued_requests = 256;  // waiting + not yet admitted; beyond it submit() rejects
+  // Called on the engine thread once the model's process group has failed (a rank died or stopped
+  // answering), after the requests in flight have ended with the error: the server stops.
+  std::function<void()> on_group_failure;
 };
 
 class AsyncEngine {
@@ -124,6 +130,8 @@ class AsyncEngine {
   std::shared_ptr<const grammar::CompiledGrammar> compile_grammar(const grammar::Constraint& constraint);
   // Blocks until no request is queued or running (for tests and the batch runner).
   void wait_idle();
+  // Why the model's process group failed, once it has: every later request is refused (503).
+  std::optional<std::string> group_failure() const;
 
  private:
   struct Active {
@@ -165,6 +173,9 @@ class AsyncEngine {
   int64_t max_queued_;
   EngineMetrics metrics_;
 
+  std::function<void()> on_group_failure_;
+  mutable std::mutex failure_mutex_;
+  std::optional<std::string> group_failure_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable idle_;

@@ -10,8 +10,13 @@
 
 namespace kestrel {
 
+class ParallelContext;
+
 struct EngineConfig {
   int num_threads = 2;
+  // The group of ranks the model is split over (dist/parallel.h; not owned): this engine runs on
+  // rank 0 and drives the others. Null: one process.
+  ParallelContext* parallel = nullptr;
   int block_size = 16;
   int64_t num_kv_blocks = 0;                 // per full-attention group; 0: what kv_memory_bytes holds
   // KV memory; 0: kv_memory_fraction of the memory available at start, less the weights and the

@@ -159,6 +159,7 @@ RunnerConfig make_runner_config(const Model& model, const EngineConfig& config, 
   r.num_threads = config.num_threads;
   r.kv = make_kv_spec(model, config);
   r.group_blocks = resolve_kv_group_blocks(model, config, capacity);
+  r.parallel = config.parallel;
   return r;
 }
 

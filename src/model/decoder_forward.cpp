@@ -7,6 +7,12 @@
 // then the final RMSNorm and the output head only for the rows that need logits. Bracketed steps
 // and the activation follow the config's feature flags (model_config.h): architectures differ in
 // configuration, never in a copy of this code.
+//
+// Split over ranks (model_shard.h) the same code runs on each rank's slice: q/k/v and gate/up on
+// its heads and channels, attn_output and ffn_down as partial sums all-reduced over the tensor-
+// parallel group (or, --tp-deterministic, on gathered inputs for its output rows, then gathered),
+// the embedding and output head on its vocabulary rows. A pipeline stage runs its layers only;
+// the runner moves the hidden state between stages.
 #include <algorithm>
 #include <cmath>
 
@@ -16,6 +22,37 @@
 #include "model/model.h"
 
 namespace kestrel {
+namespace {
+
+// Rank-major gathered blocks [rank][T][width_r] -> rows [T][sum width_r].
+void interleave_rows(const float* gathered, int64_t T, std::span<const int64_t> widths, float* out) {
+  int64_t total = 0;
+  for (int64_t w : widths) total += w;
+  const float* block = gathered;
+  int64_t column = 0;
+  for (int64_t w : widths) {
+    for (int64_t t = 0; t < T; ++t) std::copy_n(block + t * w, w, out + t * total + column);
+    block += T * w;
+    column += w;
+  }
+}
+
+// Every rank's [T][width_r] part gathered into full rows [T][sum width_r] on every rank.
+void gather_rows(Communicator& tp, const float* mine, int64_t T, std::span<const int64_t> widths,
+                 ForwardScratch& s, float* out) {
+  std::vector<int64_t> counts;
+  int64_t total = 0;
+  for (int64_t w : widths) {
+    counts.push_back(T * w);
+    total += T * w;
+  }
+  s.gathered.resize(size_t(total));
+  const int64_t my_count = counts[size_t(tp.rank())];
+  tp.all_gather(std::span<const float>(mine, size_t(my_count)), s.gathered, counts);
+  interleave_rows(s.gathered.data(), T, widths, out);
+}
+
+}  // namespace
 
 std::string linear_tensor_name(int64_t layer, LinearKind kind) {
   const char* names[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
@@ -25,22 +62,66 @@ std::string linear_tensor_name(int64_t layer, LinearKind kind) {
 
 void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheView& kv,
                     ForwardScratch& s, float* logits, ActivationObserver* observer) const {
+  if (shard_.tp_size != 1 || shard_.pp_size != 1) fail("internal: a model shard runs through the runner's stages");
+  if (batch.num_tokens() == 0) return;
+  LocalCommunicator local;
+  embed(backend, batch, s, local);
+  run_layers(backend, batch, kv, s, local, observer);
+  head(backend, batch, s, logits, local, observer);
+}
+
+void Model::embed(Backend& backend, const ForwardBatch& batch, ForwardScratch& s, Communicator& tp) const {
+  const ModelConfig& c = config_;
+  const int64_t T = batch.num_tokens();
+  s.hidden.resize(size_t(T * c.n_embd));
+  if (tp.size() == 1) {
+    backend.get_rows(weights_.token_embd, batch.token_ids.data(), T, s.hidden.data());
+  } else {
+    // Vocabulary-parallel: the rank holding a token's row writes it, the others zeros; the sum is
+    // the row exactly.
+    const RankSlice& me = shard_.mine();
+    std::fill(s.hidden.begin(), s.hidden.end(), 0.0f);
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t id = batch.token_ids[size_t(t)];
+      if (id < 0 || id >= c.n_vocab) fail("token id {} is outside the vocabulary (size {})", id, c.n_vocab);
+      if (id < me.vocab_begin || id >= me.vocab_end) continue;
+      const int32_t local = int32_t(id - me.vocab_begin);
+      backend.get_rows(weights_.token_embd, &local, 1, s.hidden.data() + t * c.n_embd);
+    }
+    tp.all_reduce_sum(s.hidden);
+  }
+  if (c.embedding_scale != 1.0f) backend.scale(s.hidden.data(), c.embedding_scale, T * c.n_embd);
+}
+
+void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCacheView& kv, ForwardScratch& s,
+                       Communicator& tp, ActivationObserver* observer) const {
   const ModelConfig& c = config_;
   const int64_t T = batch.num_tokens();
   if (T == 0) return;
   if (int64_t(kv.layers.size()) != c.n_layer) fail("internal: KV cache has the wrong layer count");
+  if (int64_t(s.hidden.size()) != T * c.n_embd) fail("internal: the stage's input is not [T][n_embd]");
+  const ModelShard& sh = shard_;
+  const RankSlice& me = sh.mine();
+  const int64_t n_head = me.n_head(), n_head_kv = me.n_head_kv(), n_ff = me.n_ff();
+  const int64_t q_width = n_head * c.head_dim, kv_width = n_head_kv * c.head_dim;
+  const bool split = tp.size() > 1;
+  // Widths each rank contributes to the deterministic mode's gathers.
+  std::vector<int64_t> q_widths, ff_widths, embd_widths;
+  for (const RankSlice& r : sh.slices) {
+    q_widths.push_back(r.n_head() * c.head_dim);
+    ff_widths.push_back(r.n_ff());
+    embd_widths.push_back(r.n_embd());
+  }
+  const bool gather_mode = split && sh.tp_deterministic;
 
-  s.hidden.resize(size_t(T * c.n_embd));
   s.normed.resize(size_t(T * c.n_embd));
-  s.q.resize(size_t(T * c.q_width()));
-  s.k.resize(size_t(T * c.kv_width()));
-  s.v.resize(size_t(T * c.kv_width()));
-  s.attn.resize(size_t(T * c.q_width()));
+  s.q.resize(size_t(T * q_width));
+  s.k.resize(size_t(T * kv_width));
+  s.v.resize(size_t(T * kv_width));
+  s.attn.resize(size_t(T * q_width));
   s.proj.resize(size_t(T * c.n_embd));
-  s.gate.resize(size_t(T * c.n_ff));
-
-  backend.get_rows(weights_.token_embd, batch.token_ids.data(), T, s.hidden.data());
-  if (c.embedding_scale != 1.0f) backend.scale(s.hidden.data(), c.embedding_scale, T * c.n_embd);
+  s.gate.resize(size_t(T * n_ff));
+  if (gather_mode) s.gathered_rows.resize(size_t(T * std::max(c.q_width(), c.n_ff)));
 
   RopeParams rope;
   rope.n_rot = c.n_rot;
@@ -54,14 +135,29 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
   attn.token_seq = batch.token_seq.data();
   attn.block_size = kv.spec.block_size;
   attn.rotated = kv.spec.rotate;
-  attn.n_head = int(c.n_head);
-  attn.n_kv_head = int(c.n_head_kv);
+  attn.n_head = int(n_head);
+  attn.n_kv_head = int(n_head_kv);
   attn.head_dim = int(c.head_dim);
   attn.scale = c.attention_scale > 0.0f ? c.attention_scale : 1.0f / std::sqrt(float(c.head_dim));
 
+  // A row-parallel matmul: partial sums over this rank's input columns, all-reduced; or, in the
+  // deterministic mode, the full input gathered and this rank's output rows computed, gathered.
+  auto row_parallel = [&](const WeightView& w, const float* x, std::span<const int64_t> in_widths, float* y) {
+    if (!gather_mode) {
+      backend.matmul(w, x, T, y);
+      if (split) tp.all_reduce_sum(std::span<float>(y, size_t(T * c.n_embd)));
+      return;
+    }
+    gather_rows(tp, x, T, in_widths, s, s.gathered_rows.data());
+    s.own_rows.resize(size_t(T * me.n_embd()));
+    backend.matmul(w, s.gathered_rows.data(), T, s.own_rows.data());
+    gather_rows(tp, s.own_rows.data(), T, embd_widths, s, y);
+  };
+
   // The first layer's input norm; every later one is fused with the residual add before it.
-  backend.rms_norm(s.hidden.data(), weights_.layers[0].attn_norm, T, c.n_embd, c.rms_eps, s.normed.data());
-  for (int64_t il = 0; il < c.n_layer; ++il) {
+  backend.rms_norm(s.hidden.data(), weights_.layers[size_t(sh.layer_begin)].attn_norm, T, c.n_embd, c.rms_eps,
+                   s.normed.data());
+  for (int64_t il = sh.layer_begin; il < sh.layer_end; ++il) {
     const LayerWeights& l = weights_.layers[size_t(il)];
     const bool sliding = c.is_sliding(il);
     // Attention block; s.normed holds RMSNorm(x) with this layer's attn_norm.
@@ -76,31 +172,31 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
     float* const qkv_out[3] = {s.q.data(), s.k.data(), s.v.data()};
     backend.matmul_many(qkv, s.normed.data(), T, qkv_out);
     if (c.qkv_bias) {
-      backend.add_row(s.q.data(), l.bq, T, c.q_width());
-      backend.add_row(s.k.data(), l.bk, T, c.kv_width());
-      backend.add_row(s.v.data(), l.bv, T, c.kv_width());
+      backend.add_row(s.q.data(), l.bq, T, q_width);
+      backend.add_row(s.k.data(), l.bk, T, kv_width);
+      backend.add_row(s.v.data(), l.bv, T, kv_width);
     }
     if (c.qk_norm) {
-      backend.rms_norm(s.q.data(), l.q_norm, T * c.n_head, c.head_dim, c.rms_eps, s.q.data());
-      backend.rms_norm(s.k.data(), l.k_norm, T * c.n_head_kv, c.head_dim, c.rms_eps, s.k.data());
+      backend.rms_norm(s.q.data(), l.q_norm, T * n_head, c.head_dim, c.rms_eps, s.q.data());
+      backend.rms_norm(s.k.data(), l.k_norm, T * n_head_kv, c.head_dim, c.rms_eps, s.k.data());
     }
     // Gemma 3's local layers have their own RoPE base and no scaling (rope_scaling is global-only).
     const bool local_rope = sliding && c.rope_freq_base_sliding > 0.0f;
     rope.freq_base = local_rope ? c.rope_freq_base_sliding : c.rope_freq_base;
     rope.freq_scale = local_rope ? 1.0f : c.rope_freq_scale;
-    backend.rope(s.q.data(), batch.positions.data(), T, int(c.n_head), int(c.head_dim), rope);
-    backend.rope(s.k.data(), batch.positions.data(), T, int(c.n_head_kv), int(c.head_dim), rope);
+    backend.rope(s.q.data(), batch.positions.data(), T, int(n_head), int(c.head_dim), rope);
+    backend.rope(s.k.data(), batch.positions.data(), T, int(n_head_kv), int(c.head_dim), rope);
     if (kv.spec.rotate) {
       // Hadamard-rotate each head of Q and K: q . k is unchanged, K's outliers are spread before
       // it is quantized into the cache.
-      backend.hadamard(s.q.data(), T * c.n_head, int(c.head_dim));
-      backend.hadamard(s.k.data(), T * c.n_head_kv, int(c.head_dim));
+      backend.hadamard(s.q.data(), T * n_head, int(c.head_dim));
+      backend.hadamard(s.k.data(), T * n_head_kv, int(c.head_dim));
     }
     // The layer's KV-cache group decides where its K/V live and what it sees.
     const int g = kv.layout.layer_group[size_t(il)];
     const KvGroupBatch& group = batch.kv_groups[size_t(g)];
     backend.kv_write(kv.layers[size_t(il)], s.k.data(), s.v.data(), group.slot_mapping.data(), T,
-                     int(c.n_head_kv), int(c.head_dim));
+                     int(n_head_kv), int(c.head_dim));
     attn.block_tables = group.block_tables.data();
     attn.max_blocks_per_seq = group.max_blocks_per_seq;
     attn.window = kv.layout.group_windows[size_t(g)];
@@ -108,7 +204,7 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
     attn.sink_rope = &rope;
     backend.paged_attention(attn, s.q.data(), kv.layers[size_t(il)], s.attn.data());
     if (observer) observer->observe(il, LinearKind::AttnOutput, s.attn.data(), T, c.q_width());
-    backend.matmul(l.wo, s.attn.data(), T, s.proj.data());
+    row_parallel(l.wo, s.attn.data(), q_widths, s.proj.data());
     if (c.post_norms) {
       backend.rms_norm(s.proj.data(), l.post_attn_norm, T, c.n_embd, c.rms_eps, s.proj.data());
     }
@@ -123,19 +219,25 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
                       c.activation == Activation::GeluTanh ? GatedActivation::GeluTanh : GatedActivation::Silu,
                       s.normed.data(), T, s.gate.data());
     if (observer) observer->observe(il, LinearKind::FfnDown, s.gate.data(), T, c.n_ff);
-    backend.matmul(l.w_down, s.gate.data(), T, s.proj.data());
+    row_parallel(l.w_down, s.gate.data(), ff_widths, s.proj.data());
     if (c.post_norms) {
       backend.rms_norm(s.proj.data(), l.post_ffn_norm, T, c.n_embd, c.rms_eps, s.proj.data());
     }
-    if (il + 1 < c.n_layer) {
+    if (il + 1 < sh.layer_end) {
       // x += m; h = RMSNorm(x) for the next layer's attention.
       backend.add_rms_norm(s.hidden.data(), s.proj.data(), weights_.layers[size_t(il + 1)].attn_norm, T,
                            c.n_embd, c.rms_eps, s.normed.data());
     } else {
+      // The stage's last layer (the next stage, or the head, normalizes): the same sum as fused.
       backend.add(s.hidden.data(), s.proj.data(), T * c.n_embd);
     }
   }
+}
 
+void Model::head(Backend& backend, const ForwardBatch& batch, ForwardScratch& s, float* logits, Communicator& tp,
+                 ActivationObserver* observer) const {
+  const ModelConfig& c = config_;
+  const int64_t T = batch.num_tokens();
   // Only the requested rows go through the final norm and the (large) output head.
   const int64_t n_out = int64_t(batch.logits_indices.size());
   if (n_out == 0) return;
@@ -151,10 +253,24 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheVi
   if (observer && !weights_.tied_output) {
     observer->observe(-1, LinearKind::Output, s.logits_in.data(), n_out, c.n_embd);
   }
-  backend.matmul(weights_.output, s.logits_in.data(), n_out, logits);
-  if (c.final_logit_softcap > 0.0f) {
-    backend.softcap(logits, c.final_logit_softcap, n_out * c.n_vocab);
+  if (tp.size() == 1) {
+    backend.matmul(weights_.output, s.logits_in.data(), n_out, logits);
+    if (c.final_logit_softcap > 0.0f) backend.softcap(logits, c.final_logit_softcap, n_out * c.n_vocab);
+    return;
   }
+  // Vocabulary-parallel head: this rank's logits columns, gathered onto tensor-parallel rank 0.
+  const int64_t v_local = shard_.mine().n_vocab();
+  s.logits_local.resize(size_t(n_out * v_local));
+  backend.matmul(weights_.output, s.logits_in.data(), n_out, s.logits_local.data());
+  if (c.final_logit_softcap > 0.0f) backend.softcap(s.logits_local.data(), c.final_logit_softcap, n_out * v_local);
+  std::vector<int64_t> counts, widths;
+  for (const RankSlice& r : shard_.slices) {
+    counts.push_back(n_out * r.n_vocab());
+    widths.push_back(r.n_vocab());
+  }
+  if (tp.rank() == 0) s.gathered.resize(size_t(n_out * c.n_vocab));
+  tp.gather(s.logits_local, s.gathered, counts, 0);
+  if (tp.rank() == 0) interleave_rows(s.gathered.data(), n_out, widths, logits);
 }
 
 }  // namespace kestrel

@@ -1,6 +1,8 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <iterator>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -12,17 +14,29 @@
 namespace kestrel {
 namespace {
 
-// Touches every page of the tensor data so the first forward pass does not stall on page faults,
-// and so the user sees load progress for large files.
-void prefault_tensors(const gguf::GgufFile& file) {
+// Touches every page of the weights this rank computes with (its shard, not the whole file), so
+// the first forward pass does not stall on page faults, and so the user sees load progress for
+// large files.
+void prefault_weights(const ModelWeights& w) {
+  std::vector<std::pair<const uint8_t*, uint64_t>> ranges;
+  auto add = [&](const WeightView& v) {
+    if (v.data == nullptr) return;
+    const quant::WeightFormat& format = quant::require_format(v.type);
+    ranges.emplace_back(static_cast<const uint8_t*>(v.data), uint64_t(v.rows * quant::row_bytes(format, v.cols)));
+  };
+  add(w.token_embd);
+  if (!w.tied_output) add(w.output);
+  for (const LayerWeights& l : w.layers) {
+    for (const WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*v);
+  }
   uint64_t total = 0;
-  for (const auto& t : file.tensors()) total += t.num_bytes;
+  for (const auto& r : ranges) total += r.second;
   ProgressBar progress("loading", int64_t(total >> 20) + 1);
   uint64_t done = 0;
   volatile uint8_t sink = 0;
-  for (const auto& t : file.tensors()) {
-    for (uint64_t offset = 0; offset < t.num_bytes; offset += 4096) sink = sink + t.data[offset];
-    done += t.num_bytes;
+  for (const auto& [data, bytes] : ranges) {
+    for (uint64_t offset = 0; offset < bytes; offset += 4096) sink = sink + data[offset];
+    done += bytes;
     progress.update(int64_t(done >> 20));
   }
   progress.finish();
@@ -30,13 +44,68 @@ void prefault_tensors(const gguf::GgufFile& file) {
 
 }  // namespace
 
-std::unique_ptr<Model> Model::load(const std::string& path) {
+std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& request) {
   std::unique_ptr<Model> model(new Model());
   model->file_ = is_hf_folder(path) ? load_hf_folder(path) : gguf::GgufFile::open(path);
   model->config_ = read_model_config(*model->file_);
+  model->read_vocab_size();
+  // The FFN split's unit: whole blocks of ffn_down's format (the same type in every layer of the
+  // files llama.cpp writes; a mixed file uses the largest block).
+  int64_t ff_align = 1;
+  for (int64_t il = 0; il < model->config_.n_layer; ++il) {
+    const gguf::TensorInfo* down = model->file_->find_tensor(fmt::format("blk.{}.ffn_down.weight", il));
+    if (down == nullptr) continue;
+    if (const quant::WeightFormat* f = quant::find_format(down->type)) ff_align = std::max(ff_align, f->block_size);
+  }
+  // And, where the channel count allows, whole row tiles of the kernels (the largest that fits).
+  const int64_t n_ff = model->config_.n_ff;
+  for (int64_t tile : {64, 32, 16, 8, 4}) {
+    const int64_t unit = std::lcm(ff_align, tile);
+    if (n_ff % unit == 0 && n_ff / unit >= request.tp_size) {
+      ff_align = unit;
+      break;
+    }
+  }
+  if (n_ff % ff_align != 0) ff_align = n_ff;
+  model->shard_ = plan_model_shard(model->config_, request.tp_size, request.tp_rank, request.pp_size,
+                                   request.pp_rank, ff_align, request.tp_deterministic);
   model->load_weights();
-  prefault_tensors(*model->file_);
+  prefault_weights(model->weights_);
   return model;
+}
+
+WeightView Model::rows_of(const WeightView& w, int64_t begin, int64_t end) {
+  const int64_t row_bytes = quant::row_bytes(quant::require_format(w.type), w.cols);
+  return WeightView{w.type, end - begin, w.cols, static_cast<const uint8_t*>(w.data) + begin * row_bytes};
+}
+
+WeightView Model::columns_of(const WeightView& w, int64_t begin, int64_t end) {
+  if (begin == 0 && end == w.cols) return w;
+  const quant::WeightFormat& format = quant::require_format(w.type);
+  const int64_t src_row = quant::row_bytes(format, w.cols);
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  if (begin % format.block_size == 0 && end % format.block_size == 0) {
+    // Whole blocks: each row's header (per-channel formats) and its blocks [begin, end).
+    const int64_t dst_row = quant::row_bytes(format, end - begin);
+    LargeBuffer& buffer = owned_matrices_.emplace_back(size_t(w.rows * dst_row));
+    for (int64_t r = 0; r < w.rows; ++r) {
+      const uint8_t* row = src + r * src_row;
+      uint8_t* out = buffer.data() + r * dst_row;
+      std::copy_n(row, format.row_header_bytes, out);
+      std::copy_n(row + format.row_header_bytes + begin / format.block_size * format.block_bytes,
+                  (end - begin) / format.block_size * format.block_bytes, out + format.row_header_bytes);
+    }
+    return WeightView{w.type, w.rows, end - begin, buffer.data()};
+  }
+  // The cut falls inside a block: the slice's exact values in F32.
+  LargeBuffer& buffer = owned_matrices_.emplace_back(size_t(w.rows * (end - begin)) * sizeof(float));
+  std::vector<float> row(size_t(w.cols));
+  auto* out = reinterpret_cast<float*>(buffer.data());
+  for (int64_t r = 0; r < w.rows; ++r) {
+    format.dequantize_row(src + r * src_row, row.data(), w.cols);
+    std::copy(row.begin() + begin, row.begin() + end, out + r * (end - begin));
+  }
+  return WeightView{DType::F32, w.rows, end - begin, buffer.data()};
 }
 
 const float* Model::vector_tensor(const std::string& name, int64_t length) {
@@ -75,7 +144,7 @@ WeightView Model::matrix_tensor(const std::string& name, int64_t rows, int64_t c
 
 // Tensor names are GGUF's (llama.cpp's) and the same across architectures; which optional
 // tensors must exist follows from the config's feature flags.
-void Model::load_weights() {
+void Model::read_vocab_size() {
   ModelConfig& c = config_;
   const gguf::TensorInfo* embd = file_->find_tensor("token_embd.weight");
   if (embd == nullptr) fail("{}: missing tensor 'token_embd.weight'", file_->name());
@@ -86,43 +155,70 @@ void Model::load_weights() {
     fail("{}: the vocabulary has {} tokens but token_embd.weight has {} rows", file_->name(),
          tokens->items.size(), c.n_vocab);
   }
-  weights_.token_embd = matrix_tensor("token_embd.weight", c.n_vocab, c.n_embd);
-  weights_.output_norm = vector_tensor("output_norm.weight", c.n_embd);
-  if (file_->find_tensor("output.weight") != nullptr) {
-    weights_.output = matrix_tensor("output.weight", c.n_vocab, c.n_embd);
-  } else {
-    weights_.output = weights_.token_embd;
-    weights_.tied_output = true;
+}
+
+void Model::load_weights() {
+  const ModelConfig& c = config_;
+  const ModelShard& sh = shard_;
+  const RankSlice& me = sh.mine();
+  const WeightView embd_full = matrix_tensor("token_embd.weight", c.n_vocab, c.n_embd);
+  const bool tied = file_->find_tensor("output.weight") == nullptr;
+  weights_.tied_output = tied;
+  // The embedding and the output head are vocabulary-parallel: this rank's rows only.
+  if (sh.first_stage() || (tied && sh.last_stage())) {
+    weights_.token_embd = rows_of(embd_full, me.vocab_begin, me.vocab_end);
+  }
+  if (sh.last_stage()) {
+    weights_.output_norm = vector_tensor("output_norm.weight", c.n_embd);
+    weights_.output = tied ? rows_of(embd_full, me.vocab_begin, me.vocab_end)
+                           : rows_of(matrix_tensor("output.weight", c.n_vocab, c.n_embd), me.vocab_begin, me.vocab_end);
   }
   if (file_->find_tensor("rope_freqs.weight") != nullptr) {
     weights_.rope_freq_factors = vector_tensor("rope_freqs.weight", c.n_rot / 2);
   }
   weights_.layers.resize(size_t(c.n_layer));
-  for (int64_t i = 0; i < c.n_layer; ++i) {
-    const std::string p = fmt::format("blk.{}.", i);
-    LayerWeights& l = weights_.layers[size_t(i)];
-    l.attn_norm = vector_tensor(p + "attn_norm.weight", c.n_embd);
-    l.wq = matrix_tensor(p + "attn_q.weight", c.q_width(), c.n_embd);
-    l.wk = matrix_tensor(p + "attn_k.weight", c.kv_width(), c.n_embd);
-    l.wv = matrix_tensor(p + "attn_v.weight", c.kv_width(), c.n_embd);
-    if (c.qkv_bias) {
-      l.bq = vector_tensor(p + "attn_q.bias", c.q_width());
-      l.bk = vector_tensor(p + "attn_k.bias", c.kv_width());
-      l.bv = vector_tensor(p + "attn_v.bias", c.kv_width());
-    }
-    if (c.qk_norm) {
-      l.q_norm = vector_tensor(p + "attn_q_norm.weight", c.head_dim);
-      l.k_norm = vector_tensor(p + "attn_k_norm.weight", c.head_dim);
-    }
-    l.wo = matrix_tensor(p + "attn_output.weight", c.n_embd, c.q_width());
-    l.ffn_norm = vector_tensor(p + "ffn_norm.weight", c.n_embd);
-    l.w_gate = matrix_tensor(p + "ffn_gate.weight", c.n_ff, c.n_embd);
-    l.w_up = matrix_tensor(p + "ffn_up.weight", c.n_ff, c.n_embd);
-    l.w_down = matrix_tensor(p + "ffn_down.weight", c.n_embd, c.n_ff);
-    if (c.post_norms) {
-      l.post_attn_norm = vector_tensor(p + "post_attention_norm.weight", c.n_embd);
-      l.post_ffn_norm = vector_tensor(p + "post_ffw_norm.weight", c.n_embd);
-    }
+  for (int64_t il = sh.layer_begin; il < sh.layer_end; ++il) load_layer(il);
+}
+
+void Model::load_layer(int64_t il) {
+  const ModelConfig& c = config_;
+  const RankSlice& me = shard_.mine();
+  const std::string p = fmt::format("blk.{}.", il);
+  LayerWeights& l = weights_.layers[size_t(il)];
+  const int64_t hd = c.head_dim;
+  const int64_t q0 = me.q_head_begin * hd, q1 = me.q_head_end * hd;
+  const int64_t kv0 = me.kv_head_begin * hd, kv1 = me.kv_head_end * hd;
+  l.attn_norm = vector_tensor(p + "attn_norm.weight", c.n_embd);
+  // Column-parallel: whole heads' and channels' rows, in place.
+  l.wq = rows_of(matrix_tensor(p + "attn_q.weight", c.q_width(), c.n_embd), q0, q1);
+  l.wk = rows_of(matrix_tensor(p + "attn_k.weight", c.kv_width(), c.n_embd), kv0, kv1);
+  l.wv = rows_of(matrix_tensor(p + "attn_v.weight", c.kv_width(), c.n_embd), kv0, kv1);
+  if (c.qkv_bias) {
+    l.bq = vector_tensor(p + "attn_q.bias", c.q_width()) + q0;
+    l.bk = vector_tensor(p + "attn_k.bias", c.kv_width()) + kv0;
+    l.bv = vector_tensor(p + "attn_v.bias", c.kv_width()) + kv0;
+  }
+  if (c.qk_norm) {
+    l.q_norm = vector_tensor(p + "attn_q_norm.weight", c.head_dim);
+    l.k_norm = vector_tensor(p + "attn_k_norm.weight", c.head_dim);
+  }
+  const WeightView wo = matrix_tensor(p + "attn_output.weight", c.n_embd, c.q_width());
+  const WeightView down = matrix_tensor(p + "ffn_down.weight", c.n_embd, c.n_ff);
+  if (shard_.tp_deterministic) {
+    // Output rows over gathered inputs: whole rows, in place.
+    l.wo = rows_of(wo, me.embd_begin, me.embd_end);
+    l.w_down = rows_of(down, me.embd_begin, me.embd_end);
+  } else {
+    // Row-parallel (Megatron): this rank's input columns, partial sums all-reduced.
+    l.wo = columns_of(wo, q0, q1);
+    l.w_down = columns_of(down, me.ff_begin, me.ff_end);
+  }
+  l.ffn_norm = vector_tensor(p + "ffn_norm.weight", c.n_embd);
+  l.w_gate = rows_of(matrix_tensor(p + "ffn_gate.weight", c.n_ff, c.n_embd), me.ff_begin, me.ff_end);
+  l.w_up = rows_of(matrix_tensor(p + "ffn_up.weight", c.n_ff, c.n_embd), me.ff_begin, me.ff_end);
+  if (c.post_norms) {
+    l.post_attn_norm = vector_tensor(p + "post_attention_norm.weight", c.n_embd);
+    l.post_ffn_norm = vector_tensor(p + "post_ffw_norm.weight", c.n_embd);
   }
 }
 
@@ -162,7 +258,7 @@ KvCacheSpec Model::kv_spec(DType k_type, DType v_type, int block_size) const {
   spec.k_type = k_type;
   spec.v_type = v_type;
   spec.block_size = block_size;
-  spec.n_kv_head = config_.n_head_kv;
+  spec.n_kv_head = local_kv_heads();
   spec.head_dim = config_.head_dim;
   return spec;
 }

@@ -7,10 +7,13 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/large_buffer.h"
+#include "dist/communicator.h"
 #include "model/activation_observer.h"
 #include "loader/gguf_reader.h"
 #include "model/forward_batch.h"
 #include "model/model_config.h"
+#include "model/model_shard.h"
 
 namespace kestrel {
 
@@ -50,10 +53,19 @@ class Model {
  public:
   // Loads a GGUF model of any supported architecture (model_config.h); an unknown architecture or
   // a missing/mis-shaped tensor is a kestrel::Error naming the file and tensor. Shows a progress
-  // bar on a terminal.
-  static std::unique_ptr<Model> load(const std::string& path);
+  // bar on a terminal. With a shard request, only this rank's layers and slices (model_shard.h)
+  // are viewed and paged in: row slices in place in the mapping, row-parallel column slices
+  // repacked into memory of their own (whole blocks copied; a slice that would cut a block is
+  // dequantized to F32).
+  static std::unique_ptr<Model> load(const std::string& path, const ShardRequest& shard = {});
 
+  // The whole model's hyper-parameters (not the shard's).
   const ModelConfig& config() const { return config_; }
+  const ModelShard& shard() const { return shard_; }
+  // Heads, KV heads and FFN channels this rank computes (the whole model's without a split).
+  int64_t local_heads() const { return shard_.mine().n_head(); }
+  int64_t local_kv_heads() const { return shard_.mine().n_head_kv(); }
+  int64_t local_ff() const { return shard_.mine().n_ff(); }
   const ModelWeights& weights() const { return weights_; }
   const gguf::GgufFile& file() const { return *file_; }
   int64_t parameter_count() const;
@@ -62,13 +74,26 @@ class Model {
   // window (attention sinks, core/kv_spec.h), full-attention layers, and sliding layers whose own
   // window is no smaller, see that window and its sinks.
   KvLayout kv_layout(int64_t rolling_window = 0, int sink_tokens = 0) const;
-  // The KV cache description of this model for the given types (n_kv_head and head_dim filled in).
+  // The KV cache description of this model for the given types (n_kv_head and head_dim filled in;
+  // the KV heads this rank holds).
   KvCacheSpec kv_spec(DType k_type = DType::F16, DType v_type = DType::F16, int block_size = 16) const;
 
   // Runs the batch; writes logits [batch.logits_indices.size()][n_vocab]. An observer, if given,
-  // sees every linear layer's input (the output head's only for the logits rows).
+  // sees every linear layer's input (the output head's only for the logits rows). One process only.
   void forward(Backend& backend, const ForwardBatch& batch, const KvCacheView& kv,
                ForwardScratch& scratch, float* logits, ActivationObserver* observer = nullptr) const;
+
+  // The forward pass in the parts a pipeline stage runs, over this rank's shard; `tp` is its
+  // tensor-parallel group (every rank of it calls the same parts with the same batch).
+  // embed: the first stage's input, scratch.hidden = embeddings [T][n_embd].
+  void embed(Backend& backend, const ForwardBatch& batch, ForwardScratch& scratch, Communicator& tp) const;
+  // The stage's layers over scratch.hidden [T][n_embd], in place.
+  void run_layers(Backend& backend, const ForwardBatch& batch, const KvCacheView& kv, ForwardScratch& scratch,
+                  Communicator& tp, ActivationObserver* observer = nullptr) const;
+  // The last stage's head: logits [logits rows][n_vocab] onto tensor-parallel rank 0 (`logits` is
+  // not written on the others).
+  void head(Backend& backend, const ForwardBatch& batch, ForwardScratch& scratch, float* logits,
+            Communicator& tp, ActivationObserver* observer = nullptr) const;
   // Points the named matrix at another encoding of it (same shape; `w.data` owned by the caller and
   // alive while the model runs) and returns the view it had: for measuring what quantizing one
   // tensor costs. Throws if the model has no such matrix.
@@ -76,14 +101,21 @@ class Model {
 
  private:
   Model() = default;
+  void read_vocab_size();  // n_vocab from token_embd, checked against the tokenizer's
   void load_weights();
+  void load_layer(int64_t il);
+  // Rows [begin, end) of `w`, in place; columns [begin, end) of every row, repacked.
+  static WeightView rows_of(const WeightView& w, int64_t begin, int64_t end);
+  WeightView columns_of(const WeightView& w, int64_t begin, int64_t end);
   const float* vector_tensor(const std::string& name, int64_t length);
   WeightView matrix_tensor(const std::string& name, int64_t rows, int64_t cols);
 
   std::unique_ptr<gguf::GgufFile> file_;
   ModelConfig config_;
   ModelWeights weights_;
+  ModelShard shard_;
   std::vector<std::vector<float>> owned_vectors_;  // 1-D tensors converted to F32
+  std::vector<LargeBuffer> owned_matrices_;         // repacked column slices
 };
 
 }  // namespace kestrel

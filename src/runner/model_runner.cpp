@@ -1,10 +1,12 @@
 #include "runner/model_runner.h"
 
+#include <algorithm>
 #include <new>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "runner/rank_group.h"
 
 namespace kestrel {
 
@@ -64,26 +66,36 @@ ModelRunner::ModelRunner(const Model& model, const RunnerConfig& config, Backend
       own_backend_(shared_backend != nullptr ? nullptr : make_cpu_backend(config.num_threads)),
       backend_(shared_backend != nullptr ? shared_backend : own_backend_.get()) {
   const ModelConfig& c = model.config();
-  KvCacheSpec spec = config.kv;
-  spec.n_kv_head = c.n_head_kv;
+  if (config.parallel != nullptr && config.parallel->distributed()) {
+    parallel_ = config.parallel;
+    // Every rank agrees on the model and build; the others take rank 0's KV shape.
+    exchange_runner_setup(*parallel_, model, config_);
+  }
+  KvCacheSpec spec = config_.kv;
+  spec.n_kv_head = model.local_kv_heads();
   spec.head_dim = c.head_dim;
   validate_kv_spec(spec);
   const KvLayout layout = model.kv_layout(spec.rolling_window, spec.sink_tokens);
-  if (config.group_blocks.size() != layout.group_windows.size()) {
-    fail("internal: {} KV block counts for a model with {} KV-cache groups", config.group_blocks.size(),
+  if (config_.group_blocks.size() != layout.group_windows.size()) {
+    fail("internal: {} KV block counts for a model with {} KV-cache groups", config_.group_blocks.size(),
          layout.group_windows.size());
   }
-  for (int64_t blocks : config.group_blocks) {
+  for (int64_t blocks : config_.group_blocks) {
     if (blocks <= 0) fail("the KV cache needs at least one block per group");
   }
   kv_view_.spec = spec;
   kv_view_.layout = layout;
-  kv_view_.num_blocks = config.group_blocks;
+  kv_view_.num_blocks = config_.group_blocks;
   const int64_t k_layer_block = spec.block_size * spec.n_kv_head * spec.k_row_bytes();
   const int64_t v_layer_block = spec.block_size * spec.n_kv_head * spec.v_row_bytes();
   try {
     for (int64_t il = 0; il < c.n_layer; ++il) {
-      const int64_t blocks = config.group_blocks[size_t(layout.layer_group[size_t(il)])];
+      // A pipeline stage holds its own layers' K/V only.
+      if (!model.shard().holds_layer(il)) {
+        kv_view_.layers.emplace_back();
+        continue;
+      }
+      const int64_t blocks = config_.group_blocks[size_t(layout.layer_group[size_t(il)])];
       // Never touched here: pages are only faulted in as blocks are first written.
       kv_memory_.emplace_back(size_t(blocks * k_layer_block));
       kv_memory_.emplace_back(size_t(blocks * v_layer_block));
@@ -101,15 +113,27 @@ ModelRunner::ModelRunner(const Model& model, const RunnerConfig& config, Backend
   } catch (const std::bad_alloc&) {
     fail("out of memory: the KV cache ({} blocks of {} tokens per group, {}) needs {:.1f} MiB; use "
          "fewer blocks, a smaller KV type or a shorter context",
-         fmt::join(config.group_blocks, "/"), spec.block_size, spec.describe(),
-         double(kv_bytes_for(model, spec, config.group_blocks)) / (1 << 20));
+         fmt::join(config_.group_blocks, "/"), spec.block_size, spec.describe(),
+         double(kv_bytes_for(model, spec, config_.group_blocks)) / (1 << 20));
+  }
+}
+
+ModelRunner::~ModelRunner() {
+  if (parallel_ == nullptr || !parallel_->is_root()) return;
+  try {
+    StepHeader stop{StepKind::Stop, 0};
+    parallel_->world().broadcast(std::as_writable_bytes(std::span(&stop, 1)), 0);
+  } catch (const std::exception&) {
+    // The group is already broken; whoever saw it fails the process.
   }
 }
 
 int64_t kv_bytes_for(const Model& model, const KvCacheSpec& spec, std::span<const int64_t> group_blocks) {
   const KvLayout layout = model.kv_layout(spec.rolling_window, spec.sink_tokens);
   int64_t bytes = 0;
-  for (int g : layout.layer_group) bytes += group_blocks[size_t(g)] * spec.block_bytes();
+  for (size_t il = 0; il < layout.layer_group.size(); ++il) {
+    if (model.shard().holds_layer(int64_t(il))) bytes += group_blocks[size_t(layout.layer_group[il])] * spec.block_bytes();
+  }
   return bytes;
 }
 
@@ -120,6 +144,17 @@ std::span<float> ModelRunner::execute(std::span<const SequenceChunk> chunks) {
 }
 
 std::span<float> ModelRunner::execute(const ForwardBatch& batch) {
+  if (parallel_ != nullptr) {
+    // Every rank runs the same step: the batch goes out first.
+    std::vector<std::byte> payload = encode_forward_batch(batch);
+    StepHeader header{StepKind::Step, uint64_t(payload.size())};
+    parallel_->world().broadcast(std::as_writable_bytes(std::span(&header, 1)), 0);
+    parallel_->world().broadcast(payload, 0);
+  }
+  return run_step(batch);
+}
+
+std::span<float> ModelRunner::run_step(const ForwardBatch& batch) {
   for (size_t g = 0; g < batch.kv_groups.size(); ++g) {
     for (int64_t slot : batch.kv_groups[g].slot_mapping) {
       if (slot < 0 || slot >= kv_view_.num_blocks[g] * block_size()) {
@@ -129,7 +164,62 @@ std::span<float> ModelRunner::execute(const ForwardBatch& batch) {
   }
   const int64_t n_vocab = model_.config().n_vocab;
   logits_.resize(batch.logits_indices.size() * size_t(n_vocab));
-  model_.forward(*backend_, batch, kv_view_, scratch_, logits_.data(), observer_);
+  if (parallel_ == nullptr) {
+    model_.forward(*backend_, batch, kv_view_, scratch_, logits_.data(), observer_);
+    return std::span<float>(logits_);
+  }
+  if (observer_ != nullptr) fail("activation observers need the whole model in one process");
+  const ModelShard& sh = model_.shard();
+  Communicator& tp = parallel_->tp();
+  Communicator& pp = parallel_->pp();
+  const int64_t T = batch.num_tokens();
+  const int64_t n_embd = model_.config().n_embd;
+  // Pipeline micro-batches: consecutive token ranges. Each stage runs them in order, so a later
+  // piece's attention finds the earlier pieces' K/V in the cache; stage s works on piece m while
+  // stage s+1 works on piece m-1. Logits rows must come in token order to be cut so.
+  int64_t pieces = 1;
+  if (sh.pp_size > 1 && std::is_sorted(batch.logits_indices.begin(), batch.logits_indices.end())) {
+    const int wanted = parallel_->config().micro_batches > 0 ? parallel_->config().micro_batches : sh.pp_size;
+    pieces = std::max<int64_t>(1, std::min<int64_t>(wanted, T));
+  }
+  outgoing_.resize(size_t(pieces));
+  std::vector<int64_t> piece_rows;  // logits rows of each piece
+  float* logits_out = logits_.data();
+  for (int64_t m = 0; m < pieces; ++m) {
+    const int64_t begin = T * m / pieces, end = T * (m + 1) / pieces;
+    const ForwardBatch piece = pieces == 1 ? ForwardBatch() : slice_forward_batch(batch, begin, end);
+    const ForwardBatch& b = pieces == 1 ? batch : piece;
+    const int64_t rows = int64_t(b.logits_indices.size());
+    piece_rows.push_back(rows);
+    if (sh.first_stage()) {
+      model_.embed(*backend_, b, scratch_, tp);
+    } else {
+      scratch_.hidden.resize(size_t((end - begin) * n_embd));
+      pp.recv(std::as_writable_bytes(std::span(scratch_.hidden)), sh.pp_rank - 1);
+    }
+    model_.run_layers(*backend_, b, kv_view_, scratch_, tp);
+    std::vector<float>& out = outgoing_[size_t(m)];
+    if (!sh.last_stage()) {
+      out = scratch_.hidden;
+      pp.send_async(std::as_bytes(std::span(out)), sh.pp_rank + 1);
+    } else if (sh.first_stage()) {
+      model_.head(*backend_, b, scratch_, logits_out, tp);
+      logits_out += rows * n_vocab;
+    } else {
+      out.resize(size_t(rows * n_vocab));
+      model_.head(*backend_, b, scratch_, out.data(), tp);
+      // The last stage's tensor-parallel rank 0 holds the gathered logits: to rank 0.
+      if (tp.rank() == 0 && rows > 0) pp.send_async(std::as_bytes(std::span(out)), 0);
+    }
+  }
+  if (parallel_->is_root() && !sh.last_stage()) {
+    for (int64_t rows : piece_rows) {
+      if (rows == 0) continue;
+      pp.recv(std::as_writable_bytes(std::span(logits_out, size_t(rows * n_vocab))), sh.pp_size - 1);
+      logits_out += rows * n_vocab;
+    }
+  }
+  pp.flush_sends();
   return std::span<float>(logits_);
 }
 

@@ -9,9 +9,11 @@
 
 #include "backend/backend.h"
 #include "core/large_buffer.h"
+#include "dist/parallel.h"
 #include "kv/block_pool.h"
 #include "model/forward_batch.h"
 #include "model/model.h"
+#include "runner/step_message.h"
 
 namespace kestrel {
 
@@ -39,6 +41,9 @@ struct RunnerConfig {
   // the model's (filled in by the runner).
   KvCacheSpec kv;
   std::vector<int64_t> group_blocks;  // blocks per KV-cache group (see Model::kv_layout)
+  // The group of ranks the model is split over (not owned; null or one process: no split). Rank 0
+  // broadcasts every batch to the others (rank_group.h runs them) and gets the logits back.
+  ParallelContext* parallel = nullptr;
 };
 
 // Bytes of a K/V cache of `spec` (n_kv_head, head_dim filled in) with these blocks per group.
@@ -50,11 +55,18 @@ class ModelRunner {
   // the model or memory runs out. With `shared_backend` (not owned), the runner computes on that
   // backend and its thread pool instead of making its own (a draft model beside its target).
   ModelRunner(const Model& model, const RunnerConfig& config, Backend* shared_backend = nullptr);
+  // Rank 0 of a group tells the other ranks to stop.
+  ~ModelRunner();
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
 
   // Runs the chunks as one batch. Returns logits [rows][n_vocab], rows in chunk order and, within
   // a chunk, token order. Valid until the next call.
   std::span<float> execute(std::span<const SequenceChunk> chunks);
   std::span<float> execute(const ForwardBatch& batch);
+  // This rank's part of one step (every rank of a group runs it with the same batch): pipeline
+  // micro-batches through its stage, logits (on rank 0) as execute() returns them.
+  std::span<float> run_step(const ForwardBatch& batch);
 
   // Every later execute() shows the linear layers' inputs to `observer` (not owned; null: none).
   void set_activation_observer(ActivationObserver* observer) { observer_ = observer; }
@@ -65,7 +77,7 @@ class ModelRunner {
   int num_groups() const { return int(config_.group_blocks.size()); }
   const KvCacheSpec& kv_spec() const { return kv_view_.spec; }
   const KvLayout& kv_layout() const { return kv_view_.layout; }
-  // Bytes of the whole K/V cache, all layers and groups.
+  // Bytes of this rank's K/V cache, all its layers and groups.
   int64_t kv_bytes() const;
 
  private:
@@ -78,6 +90,8 @@ class ModelRunner {
   ForwardScratch scratch_;
   std::vector<float> logits_;
   ActivationObserver* observer_ = nullptr;
+  ParallelContext* parallel_ = nullptr;       // set when the model is split over ranks
+  std::vector<std::vector<float>> outgoing_;  // pipeline sends in flight (hidden states, logits)
 };
 
 }  // namespace kestrel

@@ -57,6 +57,7 @@ CompletionRun::CompletionRun(AsyncEngine& engine, const ParsedRequest& r) : engi
     if (e.reason() == RejectReason::QueueFull) {
       throw ApiError(503, std::string("the server is overloaded: ") + e.what(), "server_overloaded");
     }
+    if (e.reason() == RejectReason::Unavailable) throw ApiError(503, e.what(), "server_unavailable");
     throw ApiError(400, e.what(), "invalid_request_error", "", "context_length_exceeded");
   }
 }

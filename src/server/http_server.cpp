@@ -17,7 +17,9 @@ namespace {
 
 using json = nlohmann::json;
 
-HttpResponse json_response(const json& body) { return HttpResponse{200, "application/json", dump_json(body), {}}; }
+HttpResponse json_response(const json& body, int status = 200) {
+  return HttpResponse{status, "application/json", dump_json(body), {}};
+}
 
 // Byte-wise equal in time independent of where they differ (the key is a secret).
 bool same_secret(const std::string& a, const std::string& b) {
@@ -98,7 +100,13 @@ Router HttpServer::Impl::routes() {
     return response;
   });
 
-  router.quick("GET", "/health", [](const HttpRequest&) { return json_response({{"status", "ok"}}); });
+  // A failed process group (a rank died) is unhealthy for good: load balancers stop sending.
+  router.quick("GET", "/health", [this](const HttpRequest&) {
+    if (const std::optional<std::string> failure = engine.group_failure()) {
+      return json_response({{"status", "error"}, {"error", *failure}}, 503);
+    }
+    return json_response({{"status", "ok"}});
+  });
   router.quick("GET", "/metrics", [this](const HttpRequest&) {
     return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
                         render_prometheus(engine.metrics(), options.model_name), {}};

@@ -1,0 +1,70 @@
+#include "parallel_options.h"
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "cli_checks.h"
+#include "commands.h"
+#include "runner/rank_group.h"
+
+namespace kestrel::cli {
+
+void add_parallel_options(CLI::App& cmd, ParallelOptions& o) {
+  ParallelConfig& c = o.config;
+  cmd.add_option("--tp", c.tp, "tensor-parallel ranks (launch with mpirun -np TP*PP)")->check(int_range(1, 1024));
+  cmd.add_option("--pp", c.pp, "pipeline-parallel stages")->check(int_range(1, 1024));
+  cmd.add_flag("--tp-deterministic", c.tp_deterministic,
+               "tensor-parallel output bitwise equal to one process (gathers instead of all-reduces)");
+  cmd.add_option("--collective-timeout", c.timeout_seconds,
+                 "seconds a rank waits for the others before the group is ended (default 30)")
+      ->check(number_range(0.1, 86400));
+  cmd.add_option("--pp-microbatches", c.micro_batches,
+                 "pieces each step's batch is cut into for the pipeline (default: --pp)")
+      ->check(int_range(1, 1024));
+}
+
+GroupMember join_group(const ParallelOptions& o, const std::string& model_path) {
+  GroupMember member;
+  member.parallel = ParallelContext::init(o.config);
+  ParallelContext& p = *member.parallel;
+  ShardRequest request;
+  request.tp_size = o.config.tp;
+  request.pp_size = o.config.pp;
+  request.tp_rank = p.tp_rank();
+  request.pp_rank = p.pp_rank();
+  request.tp_deterministic = o.config.tp_deterministic;
+  try {
+    member.model = Model::load(model_path, request);
+  } catch (const Error& e) {
+    if (!p.distributed()) throw;
+    end_group(p, e);
+  }
+  if (p.distributed() && p.is_root()) {
+    const ModelShard& s = member.model->shard();
+    fmt::print(stderr, "kestrel: {} ranks, {}; rank 0 holds layers {}-{}, {} of {} heads, {} of {} FFN channels\n",
+               p.world_size(), p.describe(), s.layer_begin, s.layer_end - 1, s.mine().n_head(),
+               member.model->config().n_head, s.mine().n_ff(), member.model->config().n_ff);
+  }
+  return member;
+}
+
+void run_worker_rank(GroupMember& member, int threads, const KvOptions& kv) {
+  RunnerConfig config;
+  config.num_threads = threads > 0 ? threads : default_thread_count();
+  config.kv.k_type = kv.k_type();
+  config.kv.v_type = kv.v_type();
+  try {
+    run_worker(*member.model, *member.parallel, config);
+  } catch (const Error& e) {
+    end_group(*member.parallel, e);
+  }
+}
+
+void end_group(ParallelContext& parallel, const std::exception& e) {
+  fmt::print(stderr, "kestrel: error on rank {}: {}\n", parallel.world_rank(), e.what());
+  std::fflush(stderr);
+  parallel.world().abort_group(1);
+}
+
+}  // namespace kestrel::cli

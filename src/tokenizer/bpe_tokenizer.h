@@ -1,7 +1,10 @@
 // Byte-level BPE tokenizer (GGUF tokenizer.ggml.model = "gpt2", and tiktoken vocabularies): the
 // text is cut into words by the pre-tokenizer, and each word's bytes are merged pair by pair,
 // lowest rank first. Ranks come from the GGUF merges list, or for tiktoken from the id of the
-// token a pair forms.
+// token a pair forms. With a SentencePiece-style pre-tokenizer (Gemma 4: tokenizer.ggml.model =
+// "gemma4") tokens are raw UTF-8 with U+2581 for a space instead: the text's spaces become U+2581,
+// words are merged character by character, and what is left unmerged and is no token falls back
+// to <0xNN> byte tokens.
 #pragma once
 
 #include <array>
@@ -35,9 +38,10 @@ class BpeTokenizer final : public VocabTokenizer {
 
   std::unique_ptr<PreTokenizer> pre_;
   std::vector<std::string> token_bytes_;  // the raw bytes each token stands for
-  // Raw bytes -> id for the tokens merging may produce (not control, unknown or user-defined).
+  // Raw bytes (raw UTF-8 vocabs: the stored text) -> id for the tokens merging may produce (not
+  // control, unknown, user-defined or byte-fallback tokens).
   TokenIndex mergeable_;
-  std::array<TokenId, 256> byte_tokens_;  // the one-byte token of each byte value, or -1
+  std::array<TokenId, 256> byte_tokens_;  // the one-byte (raw UTF-8: <0xNN>) token of each byte, or -1
   std::unordered_map<uint64_t, Merge> merges_;  // (left, right) -> merge; empty for tiktoken
 };
 

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "loader/gguf_reader.h"
+#include "tokenizer/pretokenizer_kinds.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel {
@@ -60,11 +61,11 @@ VocabData Tokenizer::vocab_from_gguf(const gguf::GgufFile& file) {
   const std::string model = file.require_string("tokenizer.ggml.model");
   if (model == "llama") {
     vocab.kind = VocabKind::SentencePiece;
-  } else if (model == "gpt2") {
+  } else if (model == "gpt2" || model == "gemma4") {
     vocab.kind = VocabKind::BytePairEncoding;
   } else {
     fail("{}: unsupported tokenizer model '{}' (tokenizer.ggml.model); supported: 'llama' "
-         "(SentencePiece) and 'gpt2' (byte-level BPE)",
+         "(SentencePiece), 'gpt2' (byte-level BPE) and 'gemma4' (SentencePiece-style BPE)",
          file.name(), model);
   }
   const bool spm = vocab.kind == VocabKind::SentencePiece;
@@ -101,6 +102,8 @@ VocabData Tokenizer::vocab_from_gguf(const gguf::GgufFile& file) {
   }
 
   vocab.pre = file.get_string("tokenizer.ggml.pre").value_or("default");
+  // llama.cpp gives a "gemma4" tokenizer the gemma4 pre-tokenizer whatever the file says.
+  if (model == "gemma4") vocab.pre = "gemma4";
   // Defaults as in llama.cpp: SentencePiece vocabs use <unk>=0, <s>=1, </s>=2 unless told.
   vocab.bos_id = read_token_id(file, "tokenizer.ggml.bos_token_id", spm ? 1 : -1, n);
   vocab.eos_id = read_token_id(file, "tokenizer.ggml.eos_token_id", spm ? 2 : -1, n);
@@ -108,10 +111,14 @@ VocabData Tokenizer::vocab_from_gguf(const gguf::GgufFile& file) {
   vocab.pad_id = read_token_id(file, "tokenizer.ggml.padding_token_id", -1, n);
   vocab.eot_id = read_token_id(file, "tokenizer.ggml.eot_token_id", -1, n);
 
-  // Llama 3's pre-tokenizer implies a BOS; SentencePiece vocabs add one by default.
-  const bool llama3_pre = vocab.pre == "llama-bpe" || vocab.pre == "llama3" || vocab.pre == "llama-v3";
-  const bool default_add_bos = (spm || llama3_pre) && vocab.bos_id >= 0;
+  // SentencePiece vocabs add a BOS by default, and so do some pre-tokenizers (Llama 3, Tekken,
+  // Chameleon); Gemma 4's always does (llama.cpp overrides the file there). An unknown pre is
+  // reported when the tokenizer is built.
+  const tokenizer::PreTokenizerKind* pre_kind =
+      spm ? nullptr : tokenizer::find_pre_tokenizer_kind(vocab.pre);
+  const bool default_add_bos = (spm || (pre_kind != nullptr && pre_kind->add_bos)) && vocab.bos_id >= 0;
   vocab.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(default_add_bos);
+  if (pre_kind != nullptr && pre_kind->force_bos && vocab.bos_id >= 0) vocab.add_bos = true;
   vocab.add_eos = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   vocab.add_space_prefix = spm && file.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
   return vocab;

@@ -144,5 +144,25 @@ TEST(BpeTokenizer, MergesByRank) {
   EXPECT_EQ(tokenizer->find_token("nope"), -1);
 }
 
+// SentencePiece-style BPE (Gemma 4's pre): raw UTF-8 tokens with U+2581 for a space, merges over
+// characters, <0xNN> tokens for characters the vocabulary lacks, newline runs as whole tokens.
+TEST(BpeTokenizer, RawUtf8WithByteFallback) {
+  VocabData vocab;
+  vocab.kind = VocabKind::BytePairEncoding;
+  vocab.pre = "gemma4";
+  vocab.tokens = {"<0xE2>", "<0x98>", "<0x83>", kSpace, "a", "b", "ab", kSpace + "ab", "\n",
+                  "\n\n"};
+  vocab.types.assign(vocab.tokens.size(), TokenType::Normal);
+  vocab.types[0] = vocab.types[1] = vocab.types[2] = TokenType::Byte;
+  vocab.merges = {"a b", kSpace + " ab"};
+  const auto tokenizer = Tokenizer::create(vocab);
+  EXPECT_EQ(tokenizer->encode(" ab", false, false), std::vector<TokenId>{7});
+  // U+2603 is no token: its three bytes fall back to <0xNN>. "\n\n" is a token of its own.
+  EXPECT_EQ(tokenizer->encode("ab\xe2\x98\x83\n\nb", false, false),
+            (std::vector<TokenId>{6, 0, 1, 2, 9, 5}));
+  EXPECT_EQ(tokenizer->decode(std::vector<TokenId>{7, 0, 1, 2, 9}, false), " ab\xe2\x98\x83\n\n");
+  EXPECT_EQ(tokenizer->token_to_piece(3, false), " ");
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -7,7 +7,8 @@ namespace kestrel::tokenizer {
 namespace {
 
 // The expressions are llama.cpp's (the split patterns of the models' tokenizer.json, with
-// case-insensitive contractions spelled out as [sS] etc.), written the way llama.cpp actually
+// case-insensitive contractions spelled out as [sS] etc., since PCRE's Unicode case folding would
+// also fold characters such as U+017F, long s, onto 's'), written the way llama.cpp actually
 // matches them where that differs from reading them literally:
 //  - llama.cpp matches an expression that uses \p{...} on a "collapsed" text in which every code
 //    point is one byte standing for its category, and \p{Lu}, \p{Ll}, \p{Lt}, \p{Lm} and \p{Lo}

@@ -44,6 +44,35 @@ void prefault_weights(const ModelWeights& w) {
 
 }  // namespace
 
+WeightView slice_columns(const WeightView& w, int64_t begin, int64_t end, std::vector<LargeBuffer>& owned) {
+  if (begin == 0 && end == w.cols) return w;
+  const quant::WeightFormat& format = quant::require_format(w.type);
+  const int64_t src_row = quant::row_bytes(format, w.cols);
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  if (begin % format.block_size == 0 && end % format.block_size == 0) {
+    // Whole blocks: each row's header (per-channel formats) and its blocks [begin, end).
+    const int64_t dst_row = quant::row_bytes(format, end - begin);
+    LargeBuffer& buffer = owned.emplace_back(size_t(w.rows * dst_row));
+    for (int64_t r = 0; r < w.rows; ++r) {
+      const uint8_t* row = src + r * src_row;
+      uint8_t* out = buffer.data() + r * dst_row;
+      std::copy_n(row, format.row_header_bytes, out);
+      std::copy_n(row + format.row_header_bytes + begin / format.block_size * format.block_bytes,
+                  (end - begin) / format.block_size * format.block_bytes, out + format.row_header_bytes);
+    }
+    return WeightView{w.type, w.rows, end - begin, buffer.data()};
+  }
+  // The cut falls inside a block: the slice's exact values in F32.
+  LargeBuffer& buffer = owned.emplace_back(size_t(w.rows * (end - begin)) * sizeof(float));
+  std::vector<float> row(size_t(w.cols));
+  auto* out = reinterpret_cast<float*>(buffer.data());
+  for (int64_t r = 0; r < w.rows; ++r) {
+    format.dequantize_row(src + r * src_row, row.data(), w.cols);
+    std::copy(row.begin() + begin, row.begin() + end, out + r * (end - begin));
+  }
+  return WeightView{DType::F32, w.rows, end - begin, buffer.data()};
+}
+
 std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& request) {
   std::unique_ptr<Model> model(new Model());
   model->file_ = is_hf_folder(path) ? load_hf_folder(path) : gguf::GgufFile::open(path);
@@ -80,32 +109,7 @@ WeightView Model::rows_of(const WeightView& w, int64_t begin, int64_t end) {
 }
 
 WeightView Model::columns_of(const WeightView& w, int64_t begin, int64_t end) {
-  if (begin == 0 && end == w.cols) return w;
-  const quant::WeightFormat& format = quant::require_format(w.type);
-  const int64_t src_row = quant::row_bytes(format, w.cols);
-  const auto* src = static_cast<const uint8_t*>(w.data);
-  if (begin % format.block_size == 0 && end % format.block_size == 0) {
-    // Whole blocks: each row's header (per-channel formats) and its blocks [begin, end).
-    const int64_t dst_row = quant::row_bytes(format, end - begin);
-    LargeBuffer& buffer = owned_matrices_.emplace_back(size_t(w.rows * dst_row));
-    for (int64_t r = 0; r < w.rows; ++r) {
-      const uint8_t* row = src + r * src_row;
-      uint8_t* out = buffer.data() + r * dst_row;
-      std::copy_n(row, format.row_header_bytes, out);
-      std::copy_n(row + format.row_header_bytes + begin / format.block_size * format.block_bytes,
-                  (end - begin) / format.block_size * format.block_bytes, out + format.row_header_bytes);
-    }
-    return WeightView{w.type, w.rows, end - begin, buffer.data()};
-  }
-  // The cut falls inside a block: the slice's exact values in F32.
-  LargeBuffer& buffer = owned_matrices_.emplace_back(size_t(w.rows * (end - begin)) * sizeof(float));
-  std::vector<float> row(size_t(w.cols));
-  auto* out = reinterpret_cast<float*>(buffer.data());
-  for (int64_t r = 0; r < w.rows; ++r) {
-    format.dequantize_row(src + r * src_row, row.data(), w.cols);
-    std::copy(row.begin() + begin, row.begin() + end, out + r * (end - begin));
-  }
-  return WeightView{DType::F32, w.rows, end - begin, buffer.data()};
+  return slice_columns(w, begin, end, owned_matrices_);
 }
 
 const float* Model::vector_tensor(const std::string& name, int64_t length) {

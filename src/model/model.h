@@ -49,6 +49,11 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
 };
 
+// Columns [begin, end) of every row of `w` in a buffer of their own (appended to `owned`): whole
+// blocks copied when the cut falls on block boundaries, else the slice dequantized to F32. A
+// row-parallel shard (attn_output, ffn_down) of a quantized matrix.
+WeightView slice_columns(const WeightView& w, int64_t begin, int64_t end, std::vector<LargeBuffer>& owned);
+
 class Model {
  public:
   // Loads a GGUF model of any supported architecture (model_config.h); an unknown architecture or

@@ -33,15 +33,22 @@ ModelShard plan_model_shard(const ModelConfig& c, int tp, int tp_rank, int pp, i
          "divide evenly among the KV heads and each KV head needs a query head per rank (try --tp {})",
          tp, c.n_head, c.n_head_kv, c.n_head_kv);
   }
-  // Rows of the FFN-down format's blocks, and 64-row units elsewhere, keep every shard a whole
-  // number of blocks and of the kernels' row tiles.
+  // Splits fall on whole blocks of the FFN-down format (ff_align) and whole row tiles of the
+  // kernels, so every shard is whole blocks and tiles.
   if (ff_align < 1 || c.n_ff % ff_align != 0) fail("internal: FFN alignment {} for {} channels", ff_align, c.n_ff);
   const int64_t ff_units = c.n_ff / ff_align;
   if (ff_units < tp) fail("--tp {} is more than the {} FFN blocks of {} channels", tp, ff_units, ff_align);
-  constexpr int64_t kRowUnit = 64;
-  const int64_t vocab_units = (c.n_vocab + kRowUnit - 1) / kRowUnit;
-  const int64_t embd_units = (c.n_embd + kRowUnit - 1) / kRowUnit;
-  if (embd_units < tp && tp_deterministic) fail("--tp {} is more than the hidden size's {} row tiles", tp, embd_units);
+  // The largest row tile that still gives every rank some rows.
+  auto row_unit = [&](int64_t rows) {
+    for (int64_t unit : {64, 32, 16, 8, 4}) {
+      if ((rows + unit - 1) / unit >= tp) return unit;
+    }
+    return int64_t(1);
+  };
+  const int64_t vocab_unit = row_unit(c.n_vocab), embd_unit = row_unit(c.n_embd);
+  const int64_t vocab_units = (c.n_vocab + vocab_unit - 1) / vocab_unit;
+  const int64_t embd_units = (c.n_embd + embd_unit - 1) / embd_unit;
+  if (embd_units < tp && tp_deterministic) fail("--tp {} is more than the hidden size's {} rows", tp, c.n_embd);
 
   for (int r = 0; r < tp; ++r) {
     RankSlice s;
@@ -62,10 +69,10 @@ ModelShard plan_model_shard(const ModelConfig& c, int tp, int tp_rank, int pp, i
     }
     s.ff_begin = part_begin(ff_units, tp, r) * ff_align;
     s.ff_end = part_begin(ff_units, tp, r + 1) * ff_align;
-    s.vocab_begin = std::min(c.n_vocab, part_begin(vocab_units, tp, r) * kRowUnit);
-    s.vocab_end = std::min(c.n_vocab, part_begin(vocab_units, tp, r + 1) * kRowUnit);
-    s.embd_begin = std::min(c.n_embd, part_begin(embd_units, tp, r) * kRowUnit);
-    s.embd_end = std::min(c.n_embd, part_begin(embd_units, tp, r + 1) * kRowUnit);
+    s.vocab_begin = std::min(c.n_vocab, part_begin(vocab_units, tp, r) * vocab_unit);
+    s.vocab_end = std::min(c.n_vocab, part_begin(vocab_units, tp, r + 1) * vocab_unit);
+    s.embd_begin = std::min(c.n_embd, part_begin(embd_units, tp, r) * embd_unit);
+    s.embd_end = std::min(c.n_embd, part_begin(embd_units, tp, r + 1) * embd_unit);
     shard.slices.push_back(s);
   }
   return shard;

@@ -12,6 +12,8 @@ packages=(
   libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev
   libboost1.74-dev                         # Boost.Beast/Asio: the server's HTTP layer (headers only)
   libeigen3-dev                            # dense linear algebra for GPTQ (src/calib)
+  openmpi-bin libopenmpi-dev               # one model over several processes/machines (src/dist, --tp/--pp)
+  iproute2                                 # tests/dist: two "hosts" as network namespaces
   python3 python3-venv
 )
 

@@ -34,6 +34,7 @@
 #include "model/model.h"
 #include "cmd_bench_spec.h"
 #include "kv_options.h"
+#include "parallel_options.h"
 #include "runner/model_runner.h"
 
 namespace kestrel::cli {
@@ -55,6 +56,7 @@ struct BenchOptions {
   bool no_bandwidth = false;
   SpecOptions spec;         // with --draft-model or --spec: the speculative comparison instead
   std::string prompt_file;
+  ParallelOptions parallel;
 };
 
 double seconds_since(Clock::time_point start) {
@@ -131,7 +133,7 @@ int32_t argmax(const float* row, int64_t n) {
 
 class Bench {
  public:
-  Bench(const Model& model, const BenchOptions& o) : model_(model), o_(o) {
+  Bench(const Model& model, const BenchOptions& o, ParallelContext* parallel) : model_(model), o_(o) {
     const int max_batch = o.batch.empty() ? 1 : *std::max_element(o.batch.begin(), o.batch.end());
     const int64_t seq_tokens = std::max<int64_t>({o.pp, o.tg, o.batch_tg}) + 1;
     blocks_per_seq_ = (seq_tokens + kBlockSize - 1) / kBlockSize;
@@ -142,6 +144,7 @@ class Bench {
     config.num_threads = o.threads;
     config.kv = model.kv_spec(o.kv.k_type(), o.kv.v_type(), kBlockSize);
     config.kv.rotate = o.kv.rotate;
+    config.parallel = parallel;
     num_groups_ = model.kv_layout().group_windows.size();
     config.group_blocks.assign(num_groups_, first_seq_blocks + blocks_per_seq_ * (num_seqs_ - 1));
     runner_ = std::make_unique<ModelRunner>(model, config);
@@ -222,10 +225,10 @@ std::string format_percent(double achieved, double roofline) {
   return roofline > 0 ? fmt::format("{:.0f}%", 100.0 * achieved / roofline) : "-";
 }
 
-void bench(BenchOptions o) {
+void bench_root(BenchOptions o, const Model& loaded, ParallelContext& parallel) {
   if (o.threads <= 0) o.threads = default_thread_count();
   std::erase(o.batch, 0);  // --batch 0: no batched test
-  const auto model = Model::load(o.model);
+  const Model* const model = &loaded;
   const ModelConfig& c = model->config();
   const int64_t bytes_per_token = weight_bytes_per_token(*model);
 
@@ -234,7 +237,7 @@ void bench(BenchOptions o) {
   const int64_t bandwidth_bytes = int64_t(2) << 30;
   double bandwidth = o.no_bandwidth ? 0.0 : measure_bandwidth(o.threads, bandwidth_bytes, 3);
 
-  Bench bench(*model, o);
+  Bench bench(*model, o, parallel.distributed() ? &parallel : nullptr);
   bench.fill_depth();
   bench.decode(1, 2, o.depth);  // warm-up: threads, caches, scratch
   std::vector<double> pp_rates, tg_rates;
@@ -253,9 +256,10 @@ void bench(BenchOptions o) {
   }
   const double roofline = bandwidth > 0 ? bandwidth / double(bytes_per_token) : 0.0;
   const double pp = median(pp_rates), tg = median(tg_rates);
-  fmt::print("model: {} ({}; {:.3f}B parameters; {}; {:.3f} GiB of weights read per token)\n",
+  fmt::print("model: {} ({}; {:.3f}B parameters; {}; {:.3f} GiB of weights read per token{})\n",
              o.model, c.name, double(model->parameter_count()) / 1e9, type_summary(*model),
-             double(bytes_per_token) / double(1 << 30));
+             double(bytes_per_token) / double(1 << 30),
+             parallel.distributed() ? fmt::format(": rank 0's shard, one of {} ranks", parallel.world_size()) : "");
   double load[1] = {0.0};
   const bool have_load = getloadavg(load, 1) == 1;
   const KvCacheSpec& kv = bench.runner().kv_spec();
@@ -329,6 +333,7 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--json", options->json, "end with one JSON line of all figures");
   cmd->add_flag("--no-bandwidth", options->no_bandwidth, "skip the memory bandwidth measurement");
   add_spec_options(*cmd, options->spec);
+  add_parallel_options(*cmd, options->parallel, "--pipeline-parallel");
   cmd->add_option("--prompt-file", options->prompt_file,
                   "with --draft-model/--spec: prompts, one per blank-line-separated paragraph (default: code tasks)")
       ->check(existing_file());
@@ -339,7 +344,9 @@ void register_bench(CLI::App& app) {
       bench_speculative(s);
       return;
     }
-    bench(*options);
+    GroupMember member = join_group(options->parallel, options->model);
+    if (!member.is_root()) return run_worker_rank(member, options->threads, options->kv);
+    run_root_rank(member, [&] { bench_root(*options, *member.model, *member.parallel); });
   });
 }
 

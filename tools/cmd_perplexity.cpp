@@ -17,6 +17,7 @@
 #include "core/progress.h"
 #include "engine/perplexity.h"
 #include "kv_options.h"
+#include "parallel_options.h"
 #include "perplexity_report.h"
 #include "tokenizer/tokenizer.h"
 
@@ -34,7 +35,10 @@ struct PerplexityCliOptions {
   KvOptions kv;
   std::string kld_kv_type;
   bool json = false;
+  ParallelOptions parallel;
 };
+
+void score(const PerplexityCliOptions& o, const std::string& text, const Model& loaded, ParallelContext& parallel);
 
 void perplexity(const PerplexityCliOptions& o) {
   // The options' conflicts before the text is read and the model loaded (the engine's own check
@@ -46,9 +50,18 @@ void perplexity(const PerplexityCliOptions& o) {
   if (o.kv.streaming() && !o.kld_kv_type.empty()) {
     fail("--kld-kv-type is for chunked perplexity, not with --attention-sinks");
   }
+  if (!o.kld_kv_type.empty() && (o.parallel.config.tp > 1 || o.parallel.config.pp > 1)) {
+    fail("--kld-kv-type runs the model twice in one process: not with --tp/--pp");
+  }
   const std::string text = read_input_file(o.file, "--file");
 
-  const auto model = Model::load(o.model);
+  GroupMember member = join_group(o.parallel, o.model);
+  if (!member.is_root()) return run_worker_rank(member, o.threads, o.kv);
+  run_root_rank(member, [&] { score(o, text, *member.model, *member.parallel); });
+}
+
+void score(const PerplexityCliOptions& o, const std::string& text, const Model& loaded, ParallelContext& parallel) {
+  const Model* const model = &loaded;
   const auto tokenizer = Tokenizer::from_gguf(model->file());
   const auto start = std::chrono::steady_clock::now();
   const std::vector<TokenId> tokens = tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/false);
@@ -57,6 +70,7 @@ void perplexity(const PerplexityCliOptions& o) {
 
   PerplexityOptions options = chunked_options(*tokenizer, o.ctx, o.batch, o.chunks, o.threads);
   options.max_tokens = o.max_tokens;
+  if (parallel.distributed()) options.parallel = &parallel;
   options.kv = model->kv_spec(o.kv.k_type(), o.kv.v_type());
   options.kv.rotate = o.kv.rotate;
   validate_kv_spec(options.kv);
@@ -132,6 +146,7 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("--kld-kv-type", options->kld_kv_type,
                   "also run the chunks with this KV type (e.g. f32) and print the KL divergence from it");
   cmd->add_flag("--json", options->json, "end with one JSON line of the figures");
+  add_parallel_options(*cmd, options->parallel);
   cmd->callback([options] { perplexity(*options); });
 }
 

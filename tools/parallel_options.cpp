@@ -10,17 +10,17 @@
 
 namespace kestrel::cli {
 
-void add_parallel_options(CLI::App& cmd, ParallelOptions& o) {
+void add_parallel_options(CLI::App& cmd, ParallelOptions& o, const std::string& pp_flag) {
   ParallelConfig& c = o.config;
   cmd.add_option("--tp", c.tp, "tensor-parallel ranks (launch with mpirun -np TP*PP)")->check(int_range(1, 1024));
-  cmd.add_option("--pp", c.pp, "pipeline-parallel stages")->check(int_range(1, 1024));
+  cmd.add_option(pp_flag, c.pp, "pipeline-parallel stages")->check(int_range(1, 1024));
   cmd.add_flag("--tp-deterministic", c.tp_deterministic,
                "tensor-parallel output bitwise equal to one process (gathers instead of all-reduces)");
   cmd.add_option("--collective-timeout", c.timeout_seconds,
                  "seconds a rank waits for the others before the group is ended (default 30)")
       ->check(number_range(0.1, 86400));
   cmd.add_option("--pp-microbatches", c.micro_batches,
-                 "pieces each step's batch is cut into for the pipeline (default: --pp)")
+                 "pieces each step's batch is cut into for the pipeline (default: --pp, for steps of 32+ tokens per piece)")
       ->check(int_range(1, 1024));
 }
 

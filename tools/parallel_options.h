@@ -18,7 +18,9 @@ struct ParallelOptions {
   ParallelConfig config;
 };
 
-void add_parallel_options(CLI::App& cmd, ParallelOptions& o);
+// `pp_flag`: the pipeline option's name (bench's --pp is llama-bench's prompt size, so there it is
+// --pipeline-parallel).
+void add_parallel_options(CLI::App& cmd, ParallelOptions& o, const std::string& pp_flag = "--pp");
 
 // This process's place in the job and its shard of the model.
 struct GroupMember {

@@ -20,7 +20,9 @@ struct ParallelConfig {
   bool tp_deterministic = false;
   // A collective that waits longer than this for a rank ends the group (a stopped rank).
   double timeout_seconds = 30.0;
-  // Pieces each step's batch is cut into so pipeline stages work at once (0: --pp of them).
+  // Pieces each step's batch is cut into so pipeline stages work at once (0: --pp of them when the
+  // step has at least 32 tokens per piece, else fewer: a decode step is bound by the weight reads,
+  // which every piece repeats).
   int micro_batches = 0;
 };
 

@@ -112,8 +112,9 @@ PerplexityResult compute_perplexity(const Model& model, std::span<const int32_t>
   if (o.base_model != nullptr && int(o.base_model->kv_layout().group_windows.size()) != num_groups) {
     fail("the base and candidate models have different layer layouts");
   }
-  auto make_runner = [&](const Model& m, const KvCacheSpec& kv) {
+  auto make_runner = [&](const Model& m, const KvCacheSpec& kv, ParallelContext* parallel = nullptr) {
     RunnerConfig config;
+    config.parallel = parallel;
     config.num_threads = o.num_threads;
     config.kv = kv;
     config.kv.rolling_window = 0;
@@ -131,7 +132,10 @@ PerplexityResult compute_perplexity(const Model& model, std::span<const int32_t>
     o.base_logits_cache->clear();
     o.base_logits_cache->reserve(size_t(base_rows));
   }
-  const auto runner = make_runner(model, o.kv);
+  if (o.parallel != nullptr && (base_model != nullptr || o.base_kv)) {
+    fail("KL divergence runs (--kld-kv-type, eval) need the model in one process: drop --tp/--pp");
+  }
+  const auto runner = make_runner(model, o.kv, o.parallel);
   if (o.observer) runner->set_activation_observer(o.observer);
   const auto base_runner = base_model != nullptr && !cached
                                ? make_runner(*base_model, o.base_kv ? *o.base_kv : o.kv) : nullptr;
@@ -234,6 +238,7 @@ PerplexityResult compute_streaming_perplexity(const Model& model, std::span<cons
   RunnerConfig config;
   config.num_threads = o.num_threads;
   config.kv = spec;
+  config.parallel = o.parallel;
   for (size_t g = 0; g < layout.group_windows.size(); ++g) {
     const int w = layout.group_windows[g], sinks = layout.group_sinks[g];
     const int64_t blocks = (sinks + bs - 1) / bs + (w - sinks + bs - 1) / bs + (chunk_tokens + bs - 1) / bs + 2;

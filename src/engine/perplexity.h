@@ -38,6 +38,9 @@ struct PerplexityOptions {
   // With base_model, the base run uses that model (same vocabulary; K/V in base_kv, or kv):
   // `kestrel eval`'s comparison of two encodings of one model.
   const Model* base_model = nullptr;
+  // The group of ranks `model` is split over (dist/parallel.h; not owned; null: one process). Not
+  // with a second (base) run: every rank would need that runner too.
+  ParallelContext* parallel = nullptr;
   // Where the base run's scored logits rows go; if already filled (same text and options), they
   // are used instead of running the base again (per-tensor sensitivity reuses one base run).
   std::vector<float>* base_logits_cache = nullptr;

@@ -179,7 +179,11 @@ std::span<float> ModelRunner::run_step(const ForwardBatch& batch) {
   // stage s+1 works on piece m-1. Logits rows must come in token order to be cut so.
   int64_t pieces = 1;
   if (sh.pp_size > 1 && std::is_sorted(batch.logits_indices.begin(), batch.logits_indices.end())) {
-    const int wanted = parallel_->config().micro_batches > 0 ? parallel_->config().micro_batches : sh.pp_size;
+    // By default only a step with enough tokens is cut: every piece reads the stage's weights
+    // again, so a small (decode) step, which the weight reads bound, would get slower, not faster.
+    constexpr int64_t kMinTokensPerPiece = 32;
+    const int explicit_pieces = parallel_->config().micro_batches;
+    const int64_t wanted = explicit_pieces > 0 ? explicit_pieces : std::min<int64_t>(sh.pp_size, T / kMinTokensPerPiece);
     pieces = std::max<int64_t>(1, std::min<int64_t>(wanted, T));
   }
   outgoing_.resize(size_t(pieces));

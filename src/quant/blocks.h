@@ -144,6 +144,40 @@ inline void kquant_scale_min(const uint8_t* scales, int j, uint8_t* scale, uint8
 }
 
 // ---------------------------------------------------------------------------------------------
+// llama.cpp's non-linear 4-bit formats: each 4-bit index selects one of 16 fixed int8 levels
+// (kIQ4Levels, denser near zero), scaled per block. Nibble order as Q4_0: byte j of a 32-element
+// group holds element j in its low nibble and element j + 16 in its high nibble.
+inline constexpr int8_t kIQ4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1,    13,   25,  38,  53,  69,  89,  113};
+inline constexpr int kIQ4_NLBlockSize = 32;
+
+// IQ4_NL: x[i] = d * kIQ4Levels[index i]; activations Q8_0.
+struct BlockIQ4_NL {
+  uint16_t d;  // F16 bits
+  uint8_t qs[kIQ4_NLBlockSize / 2];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18);
+
+// IQ4_XS: super-blocks of 256 = 8 sub-blocks of 32, each with a 6-bit scale code ls (stored as
+// the signed scale + 32: its low 4 bits in nibble j of scales_l, i.e. byte j / 2, low nibble for
+// even j; its top 2 bits at bits 2j, 2j + 1 of scales_h); x = (d * (ls - 32)) * kIQ4Levels[index].
+// Sub-block j's indices are qs[16 j .. 16 j + 15]. Activations Q8_K.
+struct BlockIQ4_XS {
+  uint16_t d;  // F16 bits
+  uint16_t scales_h;
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockIQ4_XS) == 136);
+
+// The signed scale (ls - 32, in [-32, 31]) of sub-block j of an IQ4_XS block.
+inline int iq4xs_scale(const BlockIQ4_XS& b, int j) {
+  const int low = (b.scales_l[j / 2] >> (4 * (j % 2))) & 0x0f;
+  const int high = (b.scales_h >> (2 * j)) & 3;
+  return (low | high << 4) - 32;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Kestrel's own formats (DType ids >= 1000, see core/dtype.h).
 
 // INT4 per group of G values. Byte l of qs holds element l in its low nibble and element l + G/2

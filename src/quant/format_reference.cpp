@@ -189,7 +189,7 @@ float vec_dot_q4_0_q8_0(const void* w, const void* a, int64_t n) {
 
 using namespace ref;  // NOLINT: the table below names every reference kernel
 
-constexpr std::array<WeightFormat, 22> kFormats{{
+constexpr std::array<WeightFormat, 24> kFormats{{
     {DType::F32, 1, 4, quantize_row_f32, dequantize_row_f32, DType::F32, vec_dot_f32},
     {DType::F16, 1, 2, quantize_row_f16, dequantize_row_f16, DType::F16, vec_dot_f16},
     {DType::BF16, 1, 2, quantize_row_bf16, dequantize_row_bf16, DType::BF16, vec_dot_bf16},
@@ -204,6 +204,8 @@ constexpr std::array<WeightFormat, 22> kFormats{{
     {DType::Q5_K, 256, 176, quantize_row_q5_K, dequantize_row_q5_K, DType::Q8_K, vec_dot_q5_K_q8_K, 0, quantize_row_q5_K_weighted},
     {DType::Q6_K, 256, 210, quantize_row_q6_K, dequantize_row_q6_K, DType::Q8_K, vec_dot_q6_K_q8_K, 0, quantize_row_q6_K_weighted},
     {DType::Q8_K, 256, 292, quantize_row_q8_K, dequantize_row_q8_K, DType::Q8_K, vec_dot_q8_K_q8_K},
+    {DType::IQ4_NL, 32, 18, quantize_row_iq4_nl, dequantize_row_iq4_nl, DType::Q8_0, vec_dot_iq4_nl_q8_0, 0, quantize_row_iq4_nl_weighted},
+    {DType::IQ4_XS, 256, 136, quantize_row_iq4_xs, dequantize_row_iq4_xs, DType::Q8_K, vec_dot_iq4_xs_q8_K, 0, quantize_row_iq4_xs_weighted},
     {DType::INT8_PC, 32, 32, quantize_row_int8_pc, dequantize_row_int8_pc, DType::Q8_0,
      vec_dot_int8_pc_q8_0, kPerChannelHeaderBytes},
     {DType::INT4_SYM_G32, 32, 18, quantize_row_int4_sym<32>, dequantize_row_int4_sym<32>,

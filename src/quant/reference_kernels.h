@@ -60,6 +60,16 @@ void quantize_row_q8_K(const float* src, void* dst, int64_t n);
 void dequantize_row_q8_K(const void* src, float* dst, int64_t n);
 float vec_dot_q8_K_q8_K(const void* w, const void* a, int64_t n);
 
+// llama.cpp's non-linear 4-bit formats (iq4_quants.cpp): IQ4_NL with Q8_0, IQ4_XS with Q8_K.
+void quantize_row_iq4_nl(const float* src, void* dst, int64_t n);
+void quantize_row_iq4_nl_weighted(const float* src, void* dst, int64_t n, const float* importance);
+void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n);
+float vec_dot_iq4_nl_q8_0(const void* w, const void* a, int64_t n);
+void quantize_row_iq4_xs(const float* src, void* dst, int64_t n);
+void quantize_row_iq4_xs_weighted(const float* src, void* dst, int64_t n, const float* importance);
+void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n);
+float vec_dot_iq4_xs_q8_K(const void* w, const void* a, int64_t n);
+
 // Kestrel's integer formats (int_formats.cpp).
 void quantize_row_int8_pc(const float* src, void* dst, int64_t n);
 void dequantize_row_int8_pc(const void* src, float* dst, int64_t n);

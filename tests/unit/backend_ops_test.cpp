@@ -505,9 +505,15 @@ double identity_value(DType type) {
   }
 }
 
+// IQ4_NL and IQ4_XS have no zero level, so no row of theirs is a row of the identity; their
+// kernels reuse converters checked here (Q4_0's, Q4_K's and Q6_K's) and meet the reference within
+// the tight tolerance above, which a misplaced element exceeds.
+bool has_identity(DType type) { return type != DType::IQ4_NL && type != DType::IQ4_XS; }
+
 TEST(KernelIdentity, ConvertersAndElementOrderAreExact) {
   std::mt19937 rng(99);
   for (const WeightFormat& format : quant::all_formats()) {
+    if (!has_identity(format.type)) continue;
     const int64_t k = lengths_for(format)[std::min<size_t>(2, lengths_for(format).size() - 1)];
     Weights w;
     w.format = &format;

@@ -251,8 +251,8 @@ TEST(KernelTables, SimdTablesHaveTheMainFormats) {
     if (isa == Isa::Scalar) continue;
     const KernelTable& table = *cpu::kernels_for(isa);
     for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                       DType::Q5_0, DType::Q5_1, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::INT8_PC,
-                       DType::INT4_SYM_G32,
+                       DType::Q5_0, DType::Q5_1, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
+                       DType::IQ4_XS, DType::INT8_PC, DType::INT4_SYM_G32,
                        DType::INT4_SYM_G64, DType::INT4_SYM_G128, DType::INT4_ASYM_G32,
                        DType::INT4_ASYM_G64, DType::INT4_ASYM_G128, DType::FP8_E4M3_PC}) {
       EXPECT_NE(table.for_weights(type), nullptr) << table.name << " " << dtype_name(type);
@@ -563,7 +563,7 @@ TEST(CpuBackendIsa, EveryIsaThroughTheBackend) {
     auto one = make_cpu_backend(1);
     auto two = make_cpu_backend(2);
     for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K,
-                       DType::Q5_K, DType::Q6_K, DType::INT8_PC, DType::INT4_SYM_G128,
+                       DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::INT8_PC, DType::INT4_SYM_G128,
                        DType::INT4_ASYM_G32, DType::FP8_E4M3_PC}) {
       const WeightFormat& format = quant::require_format(type);
       const int64_t rows = 45;

@@ -22,7 +22,8 @@ const FormatKernels* first_of(DType type) {
 constexpr KernelTable kScalarTable{Isa::Scalar, "scalar", scalar_format_kernels, &kScalarAttention,
                                    &kScalarActivations};
 #if defined(__x86_64__)
-constexpr auto avx2_format_kernels = first_of<avx2_float_kernels, avx2_q8_0_kernels, avx2_q4_0_kernels, avx2_q8_kernels, avx2_kquant_kernels>;
+constexpr auto avx2_format_kernels = first_of<avx2_float_kernels, avx2_q8_0_kernels, avx2_q4_0_kernels, avx2_q8_kernels,
+                                              avx2_kquant_kernels, avx2_iq4_kernels>;
 constexpr auto avx512_format_kernels =
     first_of<avx512_float_kernels, avx512_q8_kernels, avx512_kquant_kernels, avx2_kquant_kernels_without_avx512>;
 

@@ -34,18 +34,6 @@ struct KquantActivation {
   float d() const { return load_f32(block + Q8KLayout::kScale); }
 };
 
-// a * b + c rounded once, as one lane of _mm_fmadd_ps (no std:: call in kernel files: kernels_tile.h).
-inline float fma1(float a, float b, float c) {
-  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
-}
-
-// The sum of v's 8 int32 lanes (exact).
-inline int32_t hsum_epi32(__m256i v) {
-  __m128i quads = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  quads = _mm_add_epi32(quads, _mm_unpackhi_epi64(quads, quads));
-  return _mm_cvtsi128_si32(_mm_add_epi32(quads, _mm_shuffle_epi32(quads, 1)));
-}
-
 // Byte-shuffle controls that spread int16 scale j of a vector holding 8 (in each 128-bit lane) over
 // every int16 lane (kernels_tile.h: constants stay plain arrays).
 alignas(32) const uint8_t kScaleSpread[8][32] = {

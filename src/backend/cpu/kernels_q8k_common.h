@@ -1,5 +1,6 @@
-// Activation converter shared by the AVX2 and AVX-512 k-quant kernels (kernels_kquant_*.cpp,
-// which alone include it; AVX2 code with internal linkage, see kernels_tile.h).
+// Activation converter shared by the AVX2 and AVX-512 kernels of the formats with Q8_K activations
+// (kernels_kquant_*.cpp, kernels_iq4_avx2.cpp, which alone include it; AVX2 code with internal
+// linkage, see kernels_tile.h).
 //
 // The values are bit for bit those of quant's quantize_row_q8_K (per 256: d = amax / 127 in F32,
 // q = x * (127 / amax) rounded to nearest even and clamped to +-127, bsums = sums of 16 q's),
@@ -72,6 +73,19 @@ inline void unpack_scales_mins(const uint8_t* p, uint64_t* scales, uint64_t* min
   std::memcpy(&a2, p + 8, 4);
   *scales = uint64_t(a0 & 0x3f3f3f3fu) | uint64_t((a2 & 0x0f0f0f0fu) | ((a0 >> 2) & 0x30303030u)) << 32;
   *mins = uint64_t(a1 & 0x3f3f3f3fu) | uint64_t(((a2 >> 4) & 0x0f0f0f0fu) | ((a1 >> 2) & 0x30303030u)) << 32;
+}
+
+// The 6-bit scale codes ls (0..63; the scale is ls - 32) of the 8 sub-blocks of an IQ4_XS block
+// at p, one byte each (quant/blocks.h: low 4 bits in nibble j of scales_l, top 2 at bits 2j of
+// scales_h).
+inline uint64_t unpack_iq4xs_codes(const uint8_t* p) {
+  uint32_t low;
+  uint16_t high;
+  std::memcpy(&high, p + 2, 2);
+  std::memcpy(&low, p + 4, 4);
+  uint64_t codes = 0;
+  for (int j = 0; j < 8; ++j) codes |= uint64_t(((low >> (4 * j)) & 15) | ((high >> (2 * j)) & 3u) << 4) << (8 * j);
+  return codes;
 }
 
 }  // namespace

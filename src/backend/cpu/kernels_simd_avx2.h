@@ -29,6 +29,18 @@ inline float load_f32(const uint8_t* p) {
 }
 inline float fp16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
 
+// a * b + c rounded once, as one lane of _mm_fmadd_ps (no std:: call in kernel files: kernels_tile.h).
+inline float fma1(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+// The sum of v's 8 int32 lanes (exact).
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i quads = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  quads = _mm_add_epi32(quads, _mm_unpackhi_epi64(quads, quads));
+  return _mm_cvtsi128_si32(_mm_add_epi32(quads, _mm_shuffle_epi32(quads, 1)));
+}
+
 // Mask selecting the first `count` (0..8) of 8 int32/float lanes, for maskload/maskstore.
 inline __m256i first_lanes8(int64_t count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));

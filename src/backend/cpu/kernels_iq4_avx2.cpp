@@ -1,0 +1,219 @@
+// AVX2 kernels for llama.cpp's non-linear 4-bit formats (quant/blocks.h): IQ4_NL against Q8_0
+// activations (the grouped layout of kernels_q8_common.h, NB = 2) and IQ4_XS against Q8_K (the
+// plain layout of kernels_q8k_common.h).
+//
+// A nibble indexes one of 16 signed levels in [-127, 113]; one byte shuffle (pshufb, the table in
+// each 128-bit lane) turns 32 nibbles into 32 int8 levels. maddubs needs an unsigned operand and
+// levels + 128 would overflow its int16 pair sums (2 x 241 x 127 > 32767), so the kernels use the
+// sign trick: maddubs(|level|, sign(q_a, level)) multiplies the same values (q_a is in [-127,
+// 127], so negating it is exact) with pair sums of at most 2 x 127 x 127 < 32767, and each
+// maddubs result goes through its own madd (two of them could overflow int16). The decoded steps
+// keep both the levels and their magnitudes, so mac spends one sign per vector.
+//
+// IQ4_NL: a step is 64 elements = 2 blocks (18 bytes each: F16 d, 16 bytes of nibbles, element j
+// low and j + 16 high). int32 lanes 0-3 of the products belong to block 0, 4-7 to block 1, as the
+// activation layout's scales do, so acc += float(lanes) * (d_w * d_a) per lane, as the other
+// Q8_0 formats' AVX2 kernels (kernels_q8_avx2.cpp) do.
+// IQ4_XS: a step is one super-block (136 bytes: F16 d, scales_h, scales_l[4], qs[128]). Each
+// 32-element sub-block is one vector; its madd with the sub-block's signed scale (ls - 32, int16)
+// gives int32 lanes whose sum S over the super-block is exact; acc = fma(float(S), d_w * d_a, acc)
+// on every path (mac, mac_direct, mac_direct2), so decode and batches agree bit for bit.
+// Prefill decodes each row tile once per chunk of steps into an L1 buffer (kernels_tile.h,
+// kPackSteps) and runs every token tile of the block over it.
+#include "backend/cpu/kernels_isa.h"
+#include "backend/cpu/kernels_q8_common.h"
+#include "backend/cpu/kernels_q8k_common.h"
+#include "backend/cpu/kernels_simd_avx2.h"
+#include "backend/cpu/kernels_tile.h"
+#include "quant/blocks.h"
+
+namespace kestrel::cpu {
+namespace {
+
+inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// The 16 levels in each 128-bit lane (a plain array: see kernels_tile.h).
+struct LevelTable {
+  alignas(32) int8_t b[32];
+};
+constexpr LevelTable kLevels = [] {
+  LevelTable table{};
+  for (int i = 0; i < 32; ++i) table.b[i] = quant::kIQ4Levels[i % 16];
+  return table;
+}();
+
+// Levels of 32 nibble indices (each byte < 16).
+inline __m256i lookup_levels(__m256i indices) {
+  return _mm256_shuffle_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(kLevels.b)), indices);
+}
+
+// Int16 pair sums of levels x q (|levels| given as `magnitude`): exact, at most 2 x 127 x 127.
+inline __m256i signed_products(__m256i magnitude, __m256i levels, __m256i q) {
+  return _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(q, levels));
+}
+
+// ---------------------------------------------------------------------------------------------
+// IQ4_NL x Q8_0
+
+struct Iq4NlKernel {
+  using Layout = Q8Layout<2, false>;
+  static constexpr int64_t kBlockBytes = 18, kStepBytes = 2 * kBlockBytes;
+  static constexpr int kRows = 2, kTokens = 4, kDecodeRows = 2;
+  static constexpr int64_t kPackSteps = 16;
+  using Acc = __m256;
+  struct W {
+    __m256i lo, hi;          // levels: [block 0 | block 1] elements 0-15, and 16-31
+    __m256i lo_abs, hi_abs;  // their magnitudes
+    __m256 scale;            // d of block 0 in lanes 0-3, of block 1 in lanes 4-7
+  };
+  struct A {
+    __m256i qa, qb;
+    __m256 da;
+  };
+  static int64_t steps(int64_t k) { return (k + 63) / 64; }
+  static int64_t direct_steps(int64_t k) { return k / 64; }
+  static Acc zero() { return _mm256_setzero_ps(); }
+  static W decode(const uint8_t* p) {
+    W w;
+    nibble_halves(p + 2, p + kBlockBytes + 2, &w.lo, &w.hi);
+    w.lo = lookup_levels(w.lo);
+    w.hi = lookup_levels(w.hi);
+    w.lo_abs = _mm256_abs_epi8(w.lo);
+    w.hi_abs = _mm256_abs_epi8(w.hi);
+    const uint32_t d = uint32_t(load_u16(p)) | uint32_t(load_u16(p + kBlockBytes)) << 16;
+    w.scale = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi32_si128(int(d)))),
+                                       _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+    return w;
+  }
+  static W load_w(const uint8_t* row, int64_t s) { return decode(row + s * kStepBytes); }
+  // A row of an odd number of blocks ends in half a step: its missing block decodes from zero
+  // bytes (d = 0; the activations there are zero too), so it adds 0.
+  static W load_w_tail(const uint8_t* row, int64_t s, int64_t k) {
+    alignas(32) uint8_t step[kStepBytes] = {};
+    std::memcpy(step, row + s * kStepBytes, size_t((k - s * 64) / 32 * kBlockBytes));
+    return decode(step);
+  }
+  static A load_a(const uint8_t* act, int64_t s) {
+    const uint8_t* g = act + s * Layout::kGroupBytes;
+    return {load256(g + Layout::kQsA), load256(g + Layout::kQsB),
+            _mm256_loadu_ps(reinterpret_cast<const float*>(g + Layout::kScale))};
+  }
+  static void mac(Acc& acc, const W& w, const A& a) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(signed_products(w.lo_abs, w.lo, a.qa), ones),
+                                         _mm256_madd_epi16(signed_products(w.hi_abs, w.hi, a.qb), ones));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(w.scale, a.da), acc);
+  }
+  static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// IQ4_XS x Q8_K
+
+struct Iq4XsKernel {
+  static constexpr int64_t kBlockBytes = 136, kStepBytes = kBlockBytes;
+  static constexpr int kRows = 4, kTokens = 2, kDecodeRows = 2;
+  static constexpr int64_t kPackSteps = 4;  // 4 rows x 4 steps x 832 bytes: 13 KB of L1
+  using Acc = float;
+  struct A {
+    const uint8_t* block;
+    __m256i q(int j) const { return load256(block + Q8KLayout::kQs + 32 * j); }
+    float d() const { return load_f32(block + Q8KLayout::kScale); }
+  };
+  struct W {
+    __m256i levels[8];  // sub-block j: elements 32j .. 32j + 31
+    __m256i abs[8];     // their magnitudes
+    __m256i scale[8];   // sub-block j's signed scale in every int16 lane
+    float d;
+  };
+  static int64_t steps(int64_t k) { return k / 256; }
+  static int64_t direct_steps(int64_t k) { return k / 256; }
+  static Acc zero() { return 0.0f; }
+
+  static float block_d(const uint8_t* p) { return fp16_to_f32(load_u16(p)); }
+  // The 8 signed sub-block scales (ls - 32) as int16, in both 128-bit lanes.
+  static __m256i block_scales(const uint8_t* p) {
+    const __m128i codes = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(unpack_iq4xs_codes(p))));
+    return _mm256_broadcastsi128_si256(_mm_sub_epi16(codes, _mm_set1_epi16(32)));
+  }
+  // Scale j of block_scales in every int16 lane.
+  static __m256i spread(__m256i scales, int j) {
+    return _mm256_shuffle_epi8(scales, _mm256_set1_epi16(int16_t(0x0100 + 0x0202 * j)));
+  }
+  // Levels of sub-block j: its 16 bytes' low nibbles (elements 0-15), then high nibbles (16-31).
+  static __m256i levels(const uint8_t* p, int j) {
+    const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8 + 16 * j)));
+    const __m256i shifted = _mm256_srlv_epi32(bytes, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    return lookup_levels(_mm256_and_si256(shifted, _mm256_set1_epi8(0x0f)));
+  }
+  // The int32 lanes of sub-block j's contribution: scale_j x (levels . q).
+  static __m256i sub_block(__m256i magnitude, __m256i lv, __m256i scale, __m256i q) {
+    return _mm256_madd_epi16(signed_products(magnitude, lv, q), scale);
+  }
+  static void finish_block(Acc& acc, __m256i lanes, float d, const A& a) {
+    acc = fma1(float(hsum_epi32(lanes)), d * a.d(), acc);
+  }
+
+  static W load_w(const uint8_t* row, int64_t s) {
+    const uint8_t* p = row + s * kBlockBytes;
+    W w;
+    w.d = block_d(p);
+    const __m256i scales = block_scales(p);
+    for (int j = 0; j < 8; ++j) {
+      w.levels[j] = levels(p, j);
+      w.abs[j] = _mm256_abs_epi8(w.levels[j]);
+      w.scale[j] = spread(scales, j);
+    }
+    return w;
+  }
+  static W load_w_tail(const uint8_t* row, int64_t s, int64_t) { return load_w(row, s); }
+  static A load_a(const uint8_t* act, int64_t s) { return {act + s * Q8KLayout::kBlockBytes}; }
+  static void mac(Acc& acc, const W& w, const A& a) {
+    __m256i lanes = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) lanes = _mm256_add_epi32(lanes, sub_block(w.abs[j], w.levels[j], w.scale[j], a.q(j)));
+    finish_block(acc, lanes, w.d, a);
+  }
+  // The super-block's int32 lanes, decoding one sub-block at a time (one token: no W stored).
+  static __m256i direct_lanes(const uint8_t* p, const A& a) {
+    const __m256i scales = block_scales(p);
+    __m256i lanes = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      const __m256i lv = levels(p, j);
+      lanes = _mm256_add_epi32(lanes, sub_block(_mm256_abs_epi8(lv), lv, spread(scales, j), a.q(j)));
+    }
+    return lanes;
+  }
+  static void mac_direct(Acc& acc, const uint8_t* row, int64_t s, const A& a) {
+    const uint8_t* p = row + s * kBlockBytes;
+    finish_block(acc, direct_lanes(p, a), block_d(p), a);
+  }
+  // mac_direct for two rows: the same float operations per row, in vector lanes.
+  static void mac_direct2(Acc& acc0, Acc& acc1, const uint8_t* row0, const uint8_t* row1, int64_t s, const A& a) {
+    const uint8_t* p0 = row0 + s * kBlockBytes;
+    const uint8_t* p1 = row1 + s * kBlockBytes;
+    const __m256i sums = _mm256_hadd_epi32(direct_lanes(p0, a), direct_lanes(p1, a));
+    __m128i quads = _mm_add_epi32(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+    quads = _mm_hadd_epi32(quads, quads);  // S0 S1 S0 S1
+    const __m128 scale = _mm_mul_ps(_mm_setr_ps(block_d(p0), block_d(p1), 0.0f, 0.0f), _mm_set1_ps(a.d()));
+    const __m128 acc = _mm_fmadd_ps(_mm_cvtepi32_ps(quads), scale, _mm_setr_ps(acc0, acc1, 0.0f, 0.0f));
+    acc0 = _mm_cvtss_f32(acc);
+    acc1 = _mm_cvtss_f32(_mm_movehdup_ps(acc));
+  }
+  static float finish(Acc acc, const uint8_t*) { return acc; }
+};
+
+constexpr FormatKernels kIq4Nl{DType::IQ4_NL, Q8Layout<2, false>::row_bytes, convert_q8_groups<2, false, 0>,
+                               matmul_tile<Iq4NlKernel>};
+constexpr FormatKernels kIq4Xs{DType::IQ4_XS, Q8KLayout::row_bytes, convert_q8_k, matmul_tile<Iq4XsKernel>};
+
+}  // namespace
+
+const FormatKernels* avx2_iq4_kernels(DType weight_type) {
+  switch (weight_type) {
+    case DType::IQ4_NL: return &kIq4Nl;
+    case DType::IQ4_XS: return &kIq4Xs;
+    default: return nullptr;
+  }
+}
+
+}  // namespace kestrel::cpu

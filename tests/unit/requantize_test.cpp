@@ -6,6 +6,7 @@
 //    counts; Kestrel's own types end to end; error cases.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -150,6 +151,11 @@ TEST(QuantRecipe, FallbacksForRowsThatDoNotFit) {
   EXPECT_EQ(quant_type_that_fits(DType::Q6_K, 896), DType::Q8_0);
   EXPECT_EQ(quant_type_that_fits(DType::Q4_K, 100), DType::F16);
   EXPECT_EQ(quant_type_that_fits(DType::Q6_K, 100), DType::F16);
+  EXPECT_EQ(quant_type_that_fits(DType::IQ4_XS, 768), DType::IQ4_XS);
+  EXPECT_EQ(quant_type_that_fits(DType::IQ4_XS, 96), DType::IQ4_NL);
+  EXPECT_EQ(quant_type_that_fits(DType::IQ4_XS, 100), DType::F16);
+  EXPECT_EQ(quant_type_that_fits(DType::IQ4_NL, 96), DType::IQ4_NL);
+  EXPECT_EQ(quant_type_that_fits(DType::IQ4_NL, 100), DType::F16);
   // INT4 groups: the same kind with the largest group that fits, else F16.
   EXPECT_EQ(quant_type_that_fits(DType::INT4_SYM_G128, 192), DType::INT4_SYM_G64);
   EXPECT_EQ(quant_type_that_fits(DType::INT4_ASYM_G128, 96), DType::INT4_ASYM_G32);
@@ -184,6 +190,9 @@ TEST(QuantRecipe, NamesAndFileTypes) {
   EXPECT_EQ(find_quant_recipe("Q3_K_S")->file_type, 11u);
   EXPECT_EQ(find_quant_recipe("Q3_K_M")->file_type, 12u);
   EXPECT_EQ(find_quant_recipe("Q3_K_L")->file_type, 13u);
+  EXPECT_EQ(find_quant_recipe("iq4_nl")->file_type, 25u);  // LLAMA_FTYPE_MOSTLY_IQ4_NL
+  EXPECT_EQ(find_quant_recipe("IQ4_XS")->file_type, 30u);  // LLAMA_FTYPE_MOSTLY_IQ4_XS
+  EXPECT_EQ(find_quant_recipe("IQ4_XS")->mix, QuantMix::Pure);
   EXPECT_FALSE(find_quant_recipe("Q2_K")) << "no Q2_K kernels yet";
   EXPECT_FALSE(find_quant_recipe("Q8_K")) << "an activation type, not a weight type";
   EXPECT_FALSE(find_quant_recipe(""));
@@ -256,6 +265,9 @@ double rmse_bound(DType t) {
     case DType::INT4_ASYM_G32: return 0.10;
     case DType::INT4_ASYM_G128: return 0.13;
     case DType::FP8_E4M3_PC: return 0.04;
+    // 16 non-linear levels fitted per 32 values (measured: IQ4_NL ~0.08, IQ4_XS ~0.08).
+    case DType::IQ4_NL: return 0.10;
+    case DType::IQ4_XS: return 0.10;
     default: return 0.0;
   }
 }
@@ -335,6 +347,28 @@ TEST(Requantize, KestrelTypesEndToEnd) {
       EXPECT_LE(relative_rmse(dequantize_tensor(t), values[t.name]), rmse_bound(t.type)) << t.name;
     }
   }
+}
+
+TEST(Requantize, Iq4XsEndToEnd) {
+  // llama.cpp's file type 30; rows of 96 fall back to IQ4_NL (tensor_type_fallback), of 100 to F16.
+  const std::string dir = test::scratch_dir("requantize_iq4");
+  std::map<std::string, std::vector<float>> values;
+  const std::string input = write_model(dir, &values);
+  requantize_gguf(input, dir + "/iq4_xs.gguf", *find_quant_recipe("IQ4_XS"), [](const RequantizeNote&) {});
+  const auto out = gguf::GgufFile::open(dir + "/iq4_xs.gguf");
+  EXPECT_EQ(out->get_uint("general.file_type"), 30u);
+  std::map<DType, double> worst;  // largest relative RMSE per type, printed
+  for (const gguf::TensorInfo& t : out->tensors()) {
+    if (t.dims.size() < 2) continue;
+    const DType expected = t.dims[0] == 256 ? DType::IQ4_XS : t.dims[0] == 96 ? DType::IQ4_NL : DType::F16;
+    EXPECT_EQ(t.type, expected) << t.name;
+    EXPECT_EQ(t.num_bytes, uint64_t(dtype_row_bytes(t.type, t.dims[0]) * (t.num_elements / t.dims[0])));
+    const double err = relative_rmse(dequantize_tensor(t), values[t.name]);
+    EXPECT_LE(err, rmse_bound(t.type)) << t.name;
+    worst[t.type] = std::max(worst[t.type], err);
+  }
+  EXPECT_EQ(worst.count(DType::IQ4_NL), 1u) << "the model has rows of 96";
+  for (const auto& [type, err] : worst) std::printf("  %s: largest relative RMSE %.4f\n", std::string(dtype_name(type)).c_str(), err);
 }
 
 TEST(Requantize, ErrorCases) {

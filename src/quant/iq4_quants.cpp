@@ -18,12 +18,21 @@ namespace {
 
 constexpr int kGroup = 32;  // elements per scale: an IQ4_NL block, an IQ4_XS sub-block
 
-// The index of the level nearest to v (ties to the larger level).
+// The index of the level nearest to v (ties to the larger level, as llama.cpp's
+// best_index_int8), by bisection; 0 for NaN.
 int nearest_index(float v) {
-  int i = 0;
-  while (i < 15 && float(kIQ4Levels[i + 1]) <= v) ++i;
-  if (i < 15 && float(kIQ4Levels[i + 1]) - v <= v - float(kIQ4Levels[i])) ++i;
-  return i;
+  if (!(v > float(kIQ4Levels[0]))) return 0;
+  if (v >= float(kIQ4Levels[15])) return 15;
+  int lo = 0, hi = 15;  // levels[lo] <= v < levels[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (v < float(kIQ4Levels[mid])) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  return v - float(kIQ4Levels[lo]) < float(kIQ4Levels[hi]) - v ? lo : hi;
 }
 
 // The scale of one group of 32 values that minimises sum w_i (x_i - d level_i)^2 over the

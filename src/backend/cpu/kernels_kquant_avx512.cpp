@@ -1,6 +1,5 @@
 // AVX-512 kernels for the k-quants Q4_K, Q5_K and Q6_K (those of llama.cpp's Q4_K_M and Q5_K_M
-// files) and for IQ4_XS (which shares their activations and lane-major design) against Q8_K
-// activations. One step is one super-block of 256 elements.
+// files) against Q8_K activations. One step is one super-block of 256 elements.
 //
 // Activations are stored lane-major: in each super-block, 32-bit lane p of activation vector v
 // (v = 0..3) holds elements 16p + 4v .. 16p + 4v + 3, so over the four vectors lane p covers
@@ -28,7 +27,6 @@
 #include "backend/cpu/kernels_q8k_common.h"
 #include "backend/cpu/kernels_simd_avx512.h"
 #include "backend/cpu/kernels_tile.h"
-#include "quant/blocks.h"
 
 namespace kestrel::cpu {
 namespace {
@@ -43,10 +41,10 @@ struct LaneLayout {
   static int64_t row_bytes(int64_t k) { return k / 256 * kBlockBytes; }
 };
 
-// 384 bytes per super-block: qs[256] (lane-major), extra[16] (kOffset 0, for Q4_K/Q5_K: F32 d_a *
-// bsum_p; else int32 -kOffset * bsum_p: 32 for Q6_K, 128 for IQ4_XS), F32 d_a, padding. The q,
-// bsums and d are bit for bit those of quantize_row_q8_K (computed by convert_q8_k, then reordered).
-template <int kOffset>
+// 384 bytes per super-block: qs[256] (lane-major), extra[16] (Q4_K/Q5_K: F32 d_a * bsum_p; Q6_K:
+// int32 -32 * bsum_p), F32 d_a, padding. The q, bsums and d are bit for bit
+// those of quantize_row_q8_K (computed by convert_q8_k, then reordered).
+template <bool kQ6>
 void convert_q8_k_lanes(const float* x, uint8_t* out, int64_t k) {
   alignas(64) uint8_t plain[Q8KLayout::kBlockBytes];
   for (int64_t b = 0; b < k / 256; ++b) {
@@ -61,8 +59,8 @@ void convert_q8_k_lanes(const float* x, uint8_t* out, int64_t k) {
     for (int p = 0; p < 16; ++p) {
       int16_t bsum;
       std::memcpy(&bsum, plain + Q8KLayout::kBsums + 2 * p, 2);
-      if constexpr (kOffset != 0) {
-        const int32_t start = -kOffset * int32_t(bsum);
+      if constexpr (kQ6) {
+        const int32_t start = -32 * int32_t(bsum);
         std::memcpy(block + LaneLayout::kExtra + 4 * p, &start, 4);
       } else {
         const float scaled = d * float(bsum);
@@ -133,25 +131,6 @@ constexpr QwordMatrix q6k_high_bits() {
   return matrix;
 }
 
-// IQ4_XS: group p's bytes of vector v are dword 4 (p / 2) + v of qs (see Iq4XsKernel).
-constexpr DwordIndex iq4xs_gather(int v) {
-  DwordIndex index{};
-  for (int p = 0; p < 16; ++p) index.i[p] = 4 * (p / 2) + v;
-  return index;
-}
-
-// Byte 4p of the result = byte p / 2 of the source (the sub-block of group p); others zero.
-constexpr ByteIndex kSubBlock = [] {
-  ByteIndex index{};
-  for (int p = 0; p < 16; ++p) index.b[4 * p] = uint8_t(p / 2);
-  return index;
-}();
-// Int32 lane p = byte p / 2 of `bytes` (zero-extended): one byte per sub-block, per group.
-inline __m512i sub_block_lanes(uint64_t bytes) {
-  return _mm512_maskz_permutexvar_epi8(0x1111111111111111ull, _mm512_load_si512(kSubBlock.b),
-                                       _mm512_castsi128_si512(_mm_cvtsi64_si128(int64_t(bytes))));
-}
-
 inline __m512i gather_bits(__m512i lo, const DwordIndex& index, __m512i hi, const QwordMatrix& matrix) {
   const __m512i dwords = _mm512_permutex2var_epi32(lo, _mm512_load_si512(index.i), hi);
   return _mm512_gf2p8affine_epi64_epi8(dwords, _mm512_load_si512(matrix.m), 0);
@@ -168,6 +147,12 @@ struct Q45KKernel {
   static constexpr DwordIndex kHighGather[4] = {q5k_high_gather(0), q5k_high_gather(1), q5k_high_gather(2),
                                                 q5k_high_gather(3)};
   static constexpr QwordMatrix kHighBit = q5k_high_bit();
+  // Byte 4p of the result = byte p / 2 of the source (the sub-block of group p); others zero.
+  static constexpr ByteIndex kSubBlock = [] {
+    ByteIndex index{};
+    for (int p = 0; p < 16; ++p) index.b[4 * p] = uint8_t(p / 2);
+    return index;
+  }();
   using Acc = __m512;
   using A = const uint8_t*;
   struct W {
@@ -179,7 +164,9 @@ struct Q45KKernel {
   static int64_t direct_steps(int64_t k) { return k / 256; }
   static Acc zero() { return _mm512_setzero_ps(); }
   static __m512 per_group(uint64_t bytes, float factor) {
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(sub_block_lanes(bytes)), _mm512_set1_ps(factor));
+    const __m512i ints = _mm512_maskz_permutexvar_epi8(0x1111111111111111ull, _mm512_load_si512(kSubBlock.b),
+                                                       _mm512_castsi128_si512(_mm_cvtsi64_si128(int64_t(bytes))));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(ints), _mm512_set1_ps(factor));
   }
   static W load_w(const uint8_t* row, int64_t s) {
     const uint8_t* p = row + s * kBlockBytes;
@@ -253,52 +240,11 @@ struct Q6KKernel {
   static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
 
-// IQ4_XS (quant/blocks.h): group p is half p % 2 of sub-block p / 2, whose 16 bytes qs[16 (p / 2)
-// ..] hold elements 0-15 in their low nibbles and 16-31 in their high ones; so lane p of vector v
-// is dword 4 (p / 2) + v of qs, shifted right by 4 (p % 2). One vpermb maps each byte's low 6 bits
-// through a table of the 16 levels + 128 repeated four times, which ignores the neighbouring
-// nibble the shift brought in; lanes start from -128 * bsum_p (the activations' extra), so
-// dpbusd's unsigned levels sum to group p's exact dot. Then as Q6_K: acc += (float(lanes) *
-// (d * (ls - 32))) * d_a, the scale product exact in F32: Q6KKernel's tiles, W and mac, with
-// its own decoder (anything added to Q6KKernel that decodes weights must be redefined here).
-struct Iq4XsKernel : Q6KKernel {
-  static constexpr int64_t kBlockBytes = 136, kStepBytes = 136;
-  static constexpr DwordIndex kGather[4] = {iq4xs_gather(0), iq4xs_gather(1), iq4xs_gather(2), iq4xs_gather(3)};
-  static constexpr DwordIndex kShift = [] {
-    DwordIndex shift{};
-    for (int p = 0; p < 16; ++p) shift.i[p] = 4 * (p % 2);
-    return shift;
-  }();
-  static constexpr ByteIndex kOffsetLevels = [] {
-    ByteIndex table{};
-    for (int i = 0; i < 64; ++i) table.b[i] = uint8_t(quant::kIQ4Levels[i % 16] + 128);
-    return table;
-  }();
-  // W: q = level + 128, scale = d * (ls - 32) of group p's sub-block.
-  static W load_w(const uint8_t* row, int64_t s) {
-    const uint8_t* p = row + s * kBlockBytes;
-    W w;
-    const __m512i ls = sub_block_lanes(unpack_iq4xs_codes(p));
-    w.scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ls, _mm512_set1_epi32(32))),
-                            _mm512_set1_ps(fp16_to_f32(load_u16(p))));
-    const __m512i lo = _mm512_loadu_si512(p + 8), hi = _mm512_loadu_si512(p + 72);
-    const __m512i table = _mm512_load_si512(kOffsetLevels.b), shift = _mm512_load_si512(kShift.i);
-    for (int v = 0; v < 4; ++v) {
-      const __m512i dwords = _mm512_permutex2var_epi32(lo, _mm512_load_si512(kGather[v].i), hi);
-      w.q[v] = _mm512_permutexvar_epi8(_mm512_srlv_epi32(dwords, shift), table);
-    }
-    return w;
-  }
-  static W load_w_tail(const uint8_t* row, int64_t s, int64_t) { return load_w(row, s); }
-};
-
-constexpr FormatKernels kQ4K{DType::Q4_K, LaneLayout::row_bytes, convert_q8_k_lanes<0>,
+constexpr FormatKernels kQ4K{DType::Q4_K, LaneLayout::row_bytes, convert_q8_k_lanes<false>,
                              matmul_tile<Q45KKernel<false>>};
-constexpr FormatKernels kQ5K{DType::Q5_K, LaneLayout::row_bytes, convert_q8_k_lanes<0>,
+constexpr FormatKernels kQ5K{DType::Q5_K, LaneLayout::row_bytes, convert_q8_k_lanes<false>,
                              matmul_tile<Q45KKernel<true>>};
-constexpr FormatKernels kQ6K{DType::Q6_K, LaneLayout::row_bytes, convert_q8_k_lanes<32>, matmul_tile<Q6KKernel>};
-constexpr FormatKernels kIq4Xs{DType::IQ4_XS, LaneLayout::row_bytes, convert_q8_k_lanes<128>,
-                               matmul_tile<Iq4XsKernel>};
+constexpr FormatKernels kQ6K{DType::Q6_K, LaneLayout::row_bytes, convert_q8_k_lanes<true>, matmul_tile<Q6KKernel>};
 
 }  // namespace
 
@@ -307,7 +253,6 @@ const FormatKernels* avx512_kquant_kernels(DType weight_type) {
     case DType::Q4_K: return &kQ4K;
     case DType::Q5_K: return &kQ5K;
     case DType::Q6_K: return &kQ6K;
-    case DType::IQ4_XS: return &kIq4Xs;
     default: return nullptr;
   }
 }

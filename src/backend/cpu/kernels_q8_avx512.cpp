@@ -1,5 +1,5 @@
 // AVX-512 VNNI kernels for the formats whose activations are Q8_0 or Q8_1: Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1, IQ4_NL, INT8_PC, INT4_SYM_G32/64/128 (G32 is byte-identical to Q4_0) and INT4_ASYM_G32/64/128
+// Q5_1, INT8_PC, INT4_SYM_G32/64/128 (G32 is byte-identical to Q4_0) and INT4_ASYM_G32/64/128
 // (G32 is byte-identical to Q4_1).
 //
 // One step is 128 elements = four activation blocks of 32. A weight decoder turns a step of a
@@ -171,30 +171,6 @@ using Q4_1Decoder = G32Decoder<20, 4, -1, true, 0>;
 using Q5_0Decoder = G32Decoder<22, 6, 2, false, 16>;
 using Q5_1Decoder = G32Decoder<24, 8, 4, true, 0>;
 
-// IQ4_NL: Q4_0's bytes, but each nibble indexes llama.cpp's 16 non-linear levels in [-127, 113]
-// (quant/blocks.h). A byte shuffle (the table in each 128-bit lane) maps it to level + 128,
-// unsigned as dpbusd wants; C = 128 takes the offset back out through the activations' corr.
-// Padding past a row's end decodes to level 1 with a zero scale against zero activations.
-struct Iq4NlDecoder : Q4_0Decoder {
-  static constexpr int C = 128;
-  struct Table {
-    alignas(16) uint8_t b[16];
-  };
-  static constexpr Table kOffsetLevels = [] {
-    Table table{};
-    for (int i = 0; i < 16; ++i) table.b[i] = uint8_t(quant::kIQ4Levels[i] + 128);
-    return table;
-  }();
-  static WeightStep levels(WeightStep w) {
-    const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kOffsetLevels.b)));
-    w.a = _mm512_shuffle_epi8(table, w.a);
-    w.b = _mm512_shuffle_epi8(table, w.b);
-    return w;
-  }
-  static WeightStep decode(const uint8_t* data, int64_t s) { return levels(Q4_0Decoder::decode(data, s)); }
-  static WeightStep decode_tail(const uint8_t* p, int64_t valid) { return levels(Q4_0Decoder::decode_tail(p, valid)); }
-};
-
 // INT8_PC: an F32 row scale, then int8 values; levels q + 128; the row scale is applied at the end.
 struct Int8PcDecoder {
   static constexpr int64_t kHeader = quant::kPerChannelHeaderBytes, kBlockElements = 1, kBlockBytes = 1;
@@ -322,7 +298,6 @@ constexpr FormatKernels kQ4_0 = make_kernels<Q4_0Decoder>(DType::Q4_0);
 constexpr FormatKernels kQ4_1 = make_kernels<Q4_1Decoder>(DType::Q4_1);
 constexpr FormatKernels kQ5_0 = make_kernels<Q5_0Decoder>(DType::Q5_0);
 constexpr FormatKernels kQ5_1 = make_kernels<Q5_1Decoder>(DType::Q5_1);
-constexpr FormatKernels kIq4Nl = make_kernels<Iq4NlDecoder>(DType::IQ4_NL);
 constexpr FormatKernels kInt8Pc = make_kernels<Int8PcDecoder>(DType::INT8_PC);
 constexpr FormatKernels kInt4Sym32 = make_kernels<Q4_0Decoder>(DType::INT4_SYM_G32);
 constexpr FormatKernels kInt4Sym64 = make_kernels<Int4Decoder<64, false>>(DType::INT4_SYM_G64);
@@ -340,7 +315,6 @@ const FormatKernels* avx512_q8_kernels(DType weight_type) {
     case DType::Q4_1: return &kQ4_1;
     case DType::Q5_0: return &kQ5_0;
     case DType::Q5_1: return &kQ5_1;
-    case DType::IQ4_NL: return &kIq4Nl;
     case DType::INT8_PC: return &kInt8Pc;
     case DType::INT4_SYM_G32: return &kInt4Sym32;
     case DType::INT4_SYM_G64: return &kInt4Sym64;

@@ -225,19 +225,18 @@ std::string format_percent(double achieved, double roofline) {
   return roofline > 0 ? fmt::format("{:.0f}%", 100.0 * achieved / roofline) : "-";
 }
 
-void bench_root(BenchOptions o, const Model& loaded, ParallelContext& parallel) {
+void bench_root(BenchOptions o, const Model& model, ParallelContext& parallel) {
   if (o.threads <= 0) o.threads = default_thread_count();
   std::erase(o.batch, 0);  // --batch 0: no batched test
-  const Model* const model = &loaded;
-  const ModelConfig& c = model->config();
-  const int64_t bytes_per_token = weight_bytes_per_token(*model);
+  const ModelConfig& c = model.config();
+  const int64_t bytes_per_token = weight_bytes_per_token(model);
 
   // Measured before and after the tests; the higher figure counts (other work on the machine
   // only ever lowers it).
   const int64_t bandwidth_bytes = int64_t(2) << 30;
   double bandwidth = o.no_bandwidth ? 0.0 : measure_bandwidth(o.threads, bandwidth_bytes, 3);
 
-  Bench bench(*model, o, parallel.distributed() ? &parallel : nullptr);
+  Bench bench(model, o, parallel.distributed() ? &parallel : nullptr);
   bench.fill_depth();
   bench.decode(1, 2, o.depth);  // warm-up: threads, caches, scratch
   std::vector<double> pp_rates, tg_rates;
@@ -257,7 +256,7 @@ void bench_root(BenchOptions o, const Model& loaded, ParallelContext& parallel) 
   const double roofline = bandwidth > 0 ? bandwidth / double(bytes_per_token) : 0.0;
   const double pp = median(pp_rates), tg = median(tg_rates);
   fmt::print("model: {} ({}; {:.3f}B parameters; {}; {:.3f} GiB of weights read per token{})\n",
-             o.model, c.name, double(model->parameter_count()) / 1e9, type_summary(*model),
+             o.model, c.name, double(model.parameter_count()) / 1e9, type_summary(model),
              double(bytes_per_token) / double(1 << 30),
              parallel.distributed() ? fmt::format(": rank 0's shard, one of {} ranks", parallel.world_size()) : "");
   double load[1] = {0.0};
@@ -296,8 +295,8 @@ void bench_root(BenchOptions o, const Model& loaded, ParallelContext& parallel) 
     const nlohmann::json out = {
         {"model", o.model},
         {"name", c.name},
-        {"parameters", model->parameter_count()},
-        {"types", type_summary(*model)},
+        {"parameters", model.parameter_count()},
+        {"types", type_summary(model)},
         {"threads", o.threads},
         {"load_average", have_load ? load[0] : -1.0},
         {"reps", o.reps},

@@ -38,7 +38,7 @@ struct PerplexityCliOptions {
   ParallelOptions parallel;
 };
 
-void score(const PerplexityCliOptions& o, const std::string& text, const Model& loaded, ParallelContext& parallel);
+void score(const PerplexityCliOptions& o, const std::string& text, const Model& model, ParallelContext& parallel);
 
 void perplexity(const PerplexityCliOptions& o) {
   // The options' conflicts before the text is read and the model loaded (the engine's own check
@@ -60,9 +60,8 @@ void perplexity(const PerplexityCliOptions& o) {
   run_root_rank(member, [&] { score(o, text, *member.model, *member.parallel); });
 }
 
-void score(const PerplexityCliOptions& o, const std::string& text, const Model& loaded, ParallelContext& parallel) {
-  const Model* const model = &loaded;
-  const auto tokenizer = Tokenizer::from_gguf(model->file());
+void score(const PerplexityCliOptions& o, const std::string& text, const Model& model, ParallelContext& parallel) {
+  const auto tokenizer = Tokenizer::from_gguf(model.file());
   const auto start = std::chrono::steady_clock::now();
   const std::vector<TokenId> tokens = tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/false);
   fmt::print(stderr, "tokenized {} bytes into {} tokens in {:.2f} s\n", text.size(), tokens.size(),
@@ -71,12 +70,12 @@ void score(const PerplexityCliOptions& o, const std::string& text, const Model& 
   PerplexityOptions options = chunked_options(*tokenizer, o.ctx, o.batch, o.chunks, o.threads);
   options.max_tokens = o.max_tokens;
   if (parallel.distributed()) options.parallel = &parallel;
-  options.kv = model->kv_spec(o.kv.k_type(), o.kv.v_type());
+  options.kv = model.kv_spec(o.kv.k_type(), o.kv.v_type());
   options.kv.rotate = o.kv.rotate;
   validate_kv_spec(options.kv);
   if (!o.kld_kv_type.empty()) {
     const DType base = parse_kv_type(o.kld_kv_type);
-    options.base_kv = model->kv_spec(base, base);
+    options.base_kv = model.kv_spec(base, base);
     validate_kv_spec(*options.base_kv);
   }
 
@@ -89,7 +88,7 @@ void score(const PerplexityCliOptions& o, const std::string& text, const Model& 
     fmt::print(stderr, "streaming {} tokens through a rolling window of {} with {} attention sinks, KV {}\n",
                total, o.ctx, o.kv.sinks, options.kv.describe());
     ProgressBar progress("perplexity", total);
-    r = compute_streaming_perplexity(*model, tokens, options,
+    r = compute_streaming_perplexity(model, tokens, options,
                                      [&](int64_t done, double) { progress.update(done); });
     progress.finish();
     fmt::print("Final estimate: PPL = {:.4f} +/- {:.5f} (streamed, {} tokens scored)\n", r.perplexity,
@@ -106,7 +105,7 @@ void score(const PerplexityCliOptions& o, const std::string& text, const Model& 
                options.base_kv ? ", KL divergence from KV " + options.base_kv->describe() : "");
     ProgressBar progress("perplexity", total_chunks);
     std::string running;
-    r = compute_perplexity(*model, tokens, options, [&](int64_t chunk, double ppl) {
+    r = compute_perplexity(model, tokens, options, [&](int64_t chunk, double ppl) {
       running += fmt::format("[{}]{:.4f},", chunk + 1, ppl);
       progress.update(chunk + 1);
     });

@@ -20,7 +20,7 @@ void add_parallel_options(CLI::App& cmd, ParallelOptions& o, const std::string& 
                  "seconds a rank waits for the others before the group is ended (default 30)")
       ->check(number_range(0.1, 86400));
   cmd.add_option("--pp-microbatches", c.micro_batches,
-                 "pieces each step's batch is cut into for the pipeline (default: --pp, for steps of 32+ tokens per piece)")
+                 "pieces each step's batch is cut into for the pipeline (default: one per stage, for steps of 32+ tokens per piece)")
       ->check(int_range(1, 1024));
 }
 

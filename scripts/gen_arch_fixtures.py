@@ -1,0 +1,584 @@
+#!/usr/bin/env python3
+"""Writes the GGUF architecture fixtures under tests/data/arch/ (run by hand, never in CI).
+
+Each fixture is a tiny random-weight model of one architecture, built with Hugging Face
+transformers, converted to GGUF (f32) by llama.cpp's own convert_hf_to_gguf.py, and written as
+tests/data/arch/<name>/{model.gguf, reference.json, config.json}. reference.json is what
+transformers computes for it, in the format of scripts/gen_hf_fixtures.py (logits of the last
+positions of each prompt as flattened rows x vocab, greedy continuations, tokenizer ids);
+config.json is the HF config the GGUF was converted from (provenance only).
+
+  name               class                 what it exercises
+  gemma2             Gemma2ForCausalLM     Gemma norms (1 + w, the converter adds the 1), pre- and
+                                           post-norms, GeLU-tanh, embedding scale sqrt(hidden),
+                                           attn_logit_softcapping 2, final_logit_softcapping 1 (the
+                                           uncapped logits reach about 1, so tanh bends them),
+                                           query_pre_attn_scalar 32 != head_dim 16, sliding_window 8
+                                           on layers 0 and 2 (of 4), tied embeddings, SentencePiece
+                                           tokenizer.model (no dummy prefix)
+  phi3               Phi3ForCausalLM       fused qkv_proj and gate_up_proj, no rope_scaling,
+                                           SentencePiece tokenizer.model (dummy prefix), GQA
+  granite            GraniteForCausalLM    embedding_multiplier 12, residual_multiplier 0.22,
+                                           attention_multiplier 0.125 (not 1/sqrt(16)),
+                                           logits_scaling 8, GQA
+  olmo2              Olmo2ForCausalLM      post-norms only (no pre-norms), q_norm/k_norm RMSNorm over
+                                           the whole q/k projection (not per head), GQA
+  smollm3            SmolLM3ForCausalLM    no_rope_layer_interval 4 (layer 3 of 4 has no RoPE), GQA,
+                                           tied embeddings
+  starcoder2         Starcoder2ForCausalLM biases on every linear, non-gated GELU-tanh MLP, LayerNorm
+                                           with bias, sliding_window 8 (the converter does not write
+                                           it to the GGUF, see below), GQA
+  stablelm           StableLmForCausalLM   partial_rotary_factor 0.25, q/k/v biases, LayerNorm with
+                                           bias, sequential residual
+  stablelm_parallel  StableLmForCausalLM   as stablelm plus use_parallel_residual and qk_layernorm
+                                           (per-head LayerNorm without bias)
+  cohere             CohereForCausalLM     parallel attention + MLP off one LayerNorm (no bias),
+                                           logit_scale 0.25, interleaved RoPE pairs, tied embeddings
+  cohere_qknorm      CohereForCausalLM     as cohere plus use_qk_norm (per-head LayerNorm)
+  qwen3_moe          Qwen3MoeForCausalLM   4 experts top-2, norm_topk_prob True, per-head q/k norm
+  mixtral            MixtralForCausalLM    4 experts top-2, no sliding window
+  qwen2_moe          Qwen2MoeForCausalLM   4 experts top-2, norm_topk_prob False, shared expert with a
+                                           sigmoid gate, q/k/v biases
+  olmoe              OlmoeForCausalLM      4 experts top-2, norm_topk_prob False, q/k RMSNorm over the
+                                           whole projection
+
+Skipped: InternLM2 and every other model that needs trust_remote_code (no code from the Hub is
+run here).
+
+Weights are seeded and drawn at a scale that keeps activations O(1) (matrices std 1/sqrt(fan_in),
+embeddings std 1 (smaller where an embedding multiplier or tied head needs it), norms 1 +- 0.1 or
+Gemma's 0 +- 0.1, biases std 0.1, MoE routers std 2/sqrt(fan_in)). As in gen_hf_fixtures.py a seed
+is kept only if every greedy step's top-1/top-2 logit gap is at least MIN_MARGIN_RATIO (2e-4) of
+the largest |logit|; for MoE models also only if, at every token of every reference run in every
+MoE layer, the router probabilities of the k-th and (k+1)-th expert differ by at least
+MIN_ROUTER_GAP (1e-3) (recorded with forward hooks on the routers), so that rounding cannot swap
+an expert. Else the next seed is tried. Greedy runs are 16 tokens (plus 64, "greedy_long", for
+sliding-window models).
+
+Tokenizers (trained on the first 200 KB of ../shared/models/text/tinystories_val.txt and
+wikitext-2-test.txt, deterministic for the same text):
+  * gemma2 and phi3: their converter classes read a SentencePiece tokenizer.model, so one is
+    trained with the sentencepiece library (BPE, byte fallback, identity normalisation, no
+    whitespace folding; Gemma's <pad> <eos> <bos> <unk> ids 0-3 without a dummy prefix, Phi-3's
+    <unk> <s> </s> ids 0-2 with one). The reference ids come from transformers' slow
+    GemmaTokenizer / LlamaTokenizer (legacy=False, as Phi-3 ships) on that same .model, so they
+    use exactly the vocabulary the GGUF holds (tokenizer.ggml.model "llama").
+  * all others: a byte-level BPE with GPT-2's pre-tokenizer (ByteLevel with its built-in GPT-2
+    regex), saved as tokenizer.json (tokenizer.ggml.model "gpt2"). convert_hf_to_gguf.py
+    identifies a BPE pre-tokenizer by hashing its output on a fixed text, which a freshly
+    trained vocabulary can never match, so the converter is run through a small wrapper
+    (convert(), below) that imports it and replaces TextModel.get_vocab_base_pre with a function
+    that calls the original and, only where that raises "not recognized", returns "gpt-2". Only
+    the tokenizer.ggml.pre string is affected: tensors and every other key are the converter's.
+    cohere and mixtral add a BOS (<|endoftext|>) through a TemplateProcessing post-processor; the
+    others add none.
+
+Notes on what the converter writes (see /tmp/arch_gguf_summary.md when generated by --describe):
+  * starcoder2: StarCoder2Model writes no sliding_window key (llama.cpp ignores the window), so a
+    GGUF-only engine must know it from elsewhere; the reference is transformers' (window 8).
+  * smollm3: no key for the no-RoPE layers; llama.cpp hard-codes every 4th layer, which is what
+    no_rope_layer_interval 4 gives here.
+  * gemma2: no key for which layers slide; llama.cpp hard-codes even layers, as transformers'
+    default layer_types.
+
+Pinned versions (a venv under /tmp; torch from PyPI, CPU use only):
+  python 3.11.7, torch 2.15.0, transformers 4.57.6, tokenizers 0.22.2, safetensors 0.8.0,
+  numpy 2.4.6, sentencepiece 0.2.3, protobuf 7.36.2; the converter and gguf-py are llama.cpp's as
+  vendored in llama-cpp-python 0.3.36 (its own gguf-py, not PyPI's gguf).
+
+  python3 -m venv /tmp/hfvenv
+  /tmp/hfvenv/bin/pip install torch==2.15.0 transformers==4.57.6 tokenizers==0.22.2 \
+      safetensors==0.8.0 numpy==2.4.6 sentencepiece==0.2.3 protobuf==7.36.2
+  (unpack the llama-cpp-python 0.3.36 sdist under /tmp)
+  nice -n 10 /tmp/hfvenv/bin/python scripts/gen_arch_fixtures.py \
+      --llama-cpp /tmp/llama_cpp_python-0.3.36/vendor/llama.cpp [--only gemma2 phi3 ...]
+  /tmp/hfvenv/bin/python scripts/gen_arch_fixtures.py --llama-cpp ... --describe > summary.md
+"""
+
+import argparse
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import transformers
+import tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_hf_fixtures import (GREEDY_TOKENS, LOGIT_POSITIONS, LONG_GREEDY_TOKENS, MIN_MARGIN_RATIO,  # noqa: E402
+                             PROMPT_TEXTS, TOKENIZER_STRINGS, floats, greedy, read_corpus, save_tokenizer)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_LLAMA_CPP = "/tmp/llama_cpp_python-0.3.36/vendor/llama.cpp"
+MIN_ROUTER_GAP = 1e-3
+MAX_FIXTURE_BYTES = 1_600_000
+
+# Runs convert_hf_to_gguf.py's main with TextModel.get_vocab_base_pre falling back to "gpt-2"
+# for an unrecognised BPE pre-tokenizer hash; nothing else is changed.
+CONVERT_WRAPPER = r"""
+import sys
+llama_cpp = sys.argv[1]
+sys.path[:0] = [llama_cpp, llama_cpp + "/gguf-py"]
+import conversion.base as base
+original = base.TextModel.get_vocab_base_pre
+def get_vocab_base_pre(self, tokenizer):
+    try:
+        return original(self, tokenizer)
+    except NotImplementedError:
+        return "gpt-2"   # the fixtures' byte-level BPE uses GPT-2's pre-tokenizer
+base.TextModel.get_vocab_base_pre = get_vocab_base_pre
+import convert_hf_to_gguf
+sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[2:]
+convert_hf_to_gguf.main()
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizers
+
+def gpt2_bpe(lines, vocab_size, specials, bos=None):
+    """Byte-level BPE with GPT-2's pre-tokenizer (ByteLevel, use_regex=True, no prefix space)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(lines, trainer)
+    tok.add_special_tokens(specials)
+    if bos is None:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    else:
+        bos_id = tok.token_to_id(bos)
+        tok.post_processor = processors.Sequence([
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos}:1 $B:1",
+                                          special_tokens=[(bos, bos_id)]),
+        ])
+    return tok
+
+
+def train_sentencepiece(lines, vocab_size, dummy_prefix, ids, user_defined):
+    """A SentencePiece BPE model (bytes as <0xNN> fallback pieces), as bytes of tokenizer.model."""
+    import sentencepiece as spm
+    out = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=out, model_type="bpe", vocab_size=vocab_size,
+        byte_fallback=True, character_coverage=0.9995, normalization_rule_name="identity",
+        remove_extra_whitespaces=False, add_dummy_prefix=dummy_prefix, split_digits=True,
+        allow_whitespace_only_pieces=True, user_defined_symbols=user_defined, num_threads=1,
+        minloglevel=2, **ids)
+    return out.getvalue()
+
+
+class BpeTok:
+    """A trained tokenizers.Tokenizer, saved as tokenizer.json (+ tokenizer_config.json)."""
+
+    def __init__(self, tok, config, special_text):
+        self.tok, self.config, self.special_text = tok, config, special_text
+
+    def vocab_size(self):
+        return self.tok.get_vocab_size()
+
+    def save(self, folder):
+        save_tokenizer(self.tok, folder, self.config)
+
+    def load(self, folder):
+        return transformers.AutoTokenizer.from_pretrained(folder)
+
+
+class SpmTok:
+    """A SentencePiece tokenizer.model with a slow transformers tokenizer class around it."""
+
+    def __init__(self, model_bytes, cls, kwargs, special_text):
+        self.model_bytes, self.cls, self.kwargs, self.special_text = model_bytes, cls, kwargs, special_text
+
+    def vocab_size(self):
+        import sentencepiece as spm
+        return spm.SentencePieceProcessor(model_proto=self.model_bytes).vocab_size()
+
+    def save(self, folder):
+        path = os.path.join(folder, "spm_source.model")
+        with open(path, "wb") as f:
+            f.write(self.model_bytes)
+        tok = self.cls(vocab_file=path, **self.kwargs)
+        tok.save_pretrained(folder)
+        os.remove(path)
+
+    def load(self, folder):
+        tok = transformers.AutoTokenizer.from_pretrained(folder, use_fast=False)
+        assert not tok.is_fast
+        return tok
+
+
+# ---------------------------------------------------------------------------------------------
+# Weights
+
+def randomize(model, seed, gemma, embed_std, router_scale=2.0):
+    """Seeded weights at O(1) activation scale: matrices N(0, 1/fan_in), embeddings N(0, embed_std),
+    biases N(0, 0.1), norm weights 1 +- 0.1 (Gemma stores w of (1 + w): 0 +- 0.1), norm biases
+    N(0, 0.1), MoE routers (mlp.gate, shared_expert_gate) N(0, router_scale^2 / fan_in)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            path = name.split(".")
+            is_norm = any("norm" in part for part in path[:-1])
+            if name.endswith(".bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            elif is_norm:
+                base = 0.0 if gemma else 1.0
+                p.copy_(base + 0.1 * torch.randn(p.shape, generator=g))
+            elif "embed_tokens" in name:
+                p.copy_(embed_std * torch.randn(p.shape, generator=g))
+            elif name.endswith("mlp.gate.weight"):
+                p.copy_(router_scale * torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
+
+
+class RouterWatch:
+    """Forward hooks on every MoE router (an nn.Linear named *.mlp.gate): the smallest gap between
+    the k-th and (k+1)-th softmax probability over all tokens seen."""
+
+    def __init__(self, model, k):
+        self.k, self.min_gap, self.calls, self.handles = k, float("inf"), 0, []
+        for name, mod in model.named_modules():
+            if name.endswith("mlp.gate") and isinstance(mod, torch.nn.Linear):
+                self.handles.append(mod.register_forward_hook(self.hook))
+
+    def hook(self, module, inputs, output):
+        probs = torch.softmax(output.reshape(-1, output.shape[-1]).float(), dim=-1)
+        top = torch.topk(probs, self.k + 1, dim=-1).values
+        self.min_gap = min(self.min_gap, float((top[:, self.k - 1] - top[:, self.k]).min()))
+        self.calls += 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversion and checks
+
+def convert(llama_cpp, hf_folder, out_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(llama_cpp, "gguf-py")
+    cmd = [sys.executable, "-c", CONVERT_WRAPPER, llama_cpp, hf_folder, "--outtype", "f32",
+           "--outfile", out_path]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.stderr.write(res.stdout + res.stderr)
+        raise SystemExit(f"convert_hf_to_gguf.py failed on {hf_folder}")
+    return res.stderr
+
+
+def gguf_reader(llama_cpp, path):
+    gp = os.path.join(llama_cpp, "gguf-py")
+    if gp not in sys.path:
+        sys.path.insert(0, gp)
+    import gguf
+    assert os.path.realpath(os.path.dirname(gguf.__file__)).startswith(os.path.realpath(gp)), gguf.__file__
+    return gguf, gguf.GGUFReader(path)
+
+
+def field_value(gguf, field):
+    t = field.types[0]
+    if t == gguf.GGUFValueType.ARRAY:
+        sub = field.types[-1]
+        if sub == gguf.GGUFValueType.STRING:
+            return [bytes(field.parts[i]).decode("utf-8", "replace") for i in field.data]
+        return [field.parts[i].tolist()[0] for i in field.data]
+    if t == gguf.GGUFValueType.STRING:
+        return bytes(field.parts[field.data[0]]).decode("utf-8", "replace")
+    return field.parts[field.data[0]].tolist()[0]
+
+
+def check_gguf(llama_cpp, path, vocab_size):
+    gguf, reader = gguf_reader(llama_cpp, path)
+    tokens = field_value(gguf, reader.fields["tokenizer.ggml.tokens"])
+    assert len(tokens) == vocab_size, (path, len(tokens), vocab_size)
+    return [k for k in reader.fields]
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures
+
+def build(spec, out_root, llama_cpp, work):
+    for attempt in range(20):
+        seed = spec["seed"] + 1000 * attempt
+        ok, why = build_once(spec, seed, out_root, llama_cpp, work)
+        if ok:
+            return
+        print(f"{spec['name']}: seed {seed}: {why}; next seed", flush=True)
+    raise SystemExit(f"{spec['name']}: no seed passed the margin checks")
+
+
+def build_once(spec, seed, out_root, llama_cpp, work):
+    name, config, tok = spec["name"], spec["config"], spec["tok"]
+    hf = os.path.join(work, name)   # the folder name becomes the GGUF's general.name
+    shutil.rmtree(hf, ignore_errors=True)
+    os.makedirs(hf)
+    torch.manual_seed(seed)
+    model = spec["cls"](config)
+    randomize(model, seed, spec.get("gemma", False), spec.get("embed_std", 1.0))
+    model.save_pretrained(hf, safe_serialization=True)
+    gen_cfg = os.path.join(hf, "generation_config.json")
+    if os.path.exists(gen_cfg):
+        os.remove(gen_cfg)
+    tok.save(hf)
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    hf_tok = tok.load(hf)
+    vocab_size = model.config.vocab_size
+    assert vocab_size == len(hf_tok) == tok.vocab_size(), (vocab_size, len(hf_tok), tok.vocab_size())
+    sliding = spec.get("sliding", 0)
+    k = spec.get("top_k", 0)
+    watch = RouterWatch(model, k) if k else None
+
+    rng = np.random.default_rng(seed)
+    prompts = [hf_tok.encode(t, add_special_tokens=True) for t in PROMPT_TEXTS]
+    prompts.append([int(x) for x in rng.integers(0, len(hf_tok), size=40)])
+    ref = {
+        "architecture": config.architectures[0],
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "tokenizers": tokenizers.__version__,
+        "vocab_size": vocab_size,
+        "sliding_window": sliding,
+        "prompts": [],
+        "tokenizer": [],
+    }
+    min_margin = float("inf")
+    with torch.no_grad():
+        for prompt in prompts:
+            logits = model(torch.tensor([prompt])).logits[0]
+            first = 0 if len(prompt) < 8 else len(prompt) - LOGIT_POSITIONS
+            tokens, margin = greedy(model, prompt, GREEDY_TOKENS)
+            min_margin = min(min_margin, margin)
+            entry = {"ids": prompt, "logits_from": first, "logits": floats(logits[first:]),
+                     "max_abs_logit": float(logits.abs().max()), "greedy": tokens}
+            if sliding:
+                entry["greedy_long"], margin = greedy(model, prompt, LONG_GREEDY_TOKENS)
+                min_margin = min(min_margin, margin)
+            ref["prompts"].append(entry)
+    max_logit = max(p["max_abs_logit"] for p in ref["prompts"])
+    ratio = min_margin / max_logit
+    if ratio < MIN_MARGIN_RATIO:
+        return False, f"greedy margin ratio {ratio:.2e} too small"
+    if watch is not None:
+        assert watch.calls > 0, "no router hook fired"
+        if watch.min_gap < MIN_ROUTER_GAP:
+            return False, f"router top-{k} probability gap {watch.min_gap:.2e} too small"
+    ref["seed"] = seed
+    ref["min_greedy_margin"] = min_margin
+    for text in TOKENIZER_STRINGS + [tok.special_text]:
+        ref["tokenizer"].append({"text": text,
+                                 "with_special": hf_tok.encode(text, add_special_tokens=True),
+                                 "without_special": hf_tok.encode(text, add_special_tokens=False)})
+
+    folder = os.path.join(out_root, name)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    convert(llama_cpp, hf, os.path.join(folder, "model.gguf"))
+    keys = check_gguf(llama_cpp, os.path.join(folder, "model.gguf"), vocab_size)
+    shutil.copy(os.path.join(hf, "config.json"), os.path.join(folder, "config.json"))
+    with open(os.path.join(folder, "reference.json"), "w") as f:
+        json.dump(ref, f, separators=(",", ":"), ensure_ascii=False)
+        f.write("\n")
+    size = sum(os.path.getsize(os.path.join(folder, x)) for x in os.listdir(folder))
+    assert size <= MAX_FIXTURE_BYTES, (name, size)
+    extra = f", min router gap {watch.min_gap:.2e}" if watch is not None else ""
+    print(f"{name}: vocab {vocab_size}, {size / 1024:.0f} KiB, max |logit| {max_logit:.3f}, "
+          f"min greedy margin {min_margin:.5f}{extra}, seed {seed}, {len(keys)} GGUF keys", flush=True)
+    return True, ""
+
+
+def specs(lines):
+    """The fixtures, in the order they are built."""
+    T = transformers
+    common = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=512)
+    chat = "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n"
+    bpe_specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+    trained = {}
+
+    def bpe(vocab, bos=False):
+        if (vocab, bos) not in trained:
+            trained[(vocab, bos)] = gpt2_bpe(lines, vocab, bpe_specials, bos="<|endoftext|>" if bos else None)
+        tok = trained[(vocab, bos)]
+        eos = tok.token_to_id("<|endoftext|>")
+        cfg = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "add_bos_token": bos}
+        return BpeTok(tok, cfg, chat), eos
+
+    out = []
+
+    # Gemma 2: SentencePiece <pad> <eos> <bos> <unk>, turn markers as user-defined pieces.
+    model = train_sentencepiece(lines, 520, dummy_prefix=False,
+                                ids=dict(pad_id=0, eos_id=1, bos_id=2, unk_id=3, pad_piece="<pad>",
+                                         eos_piece="<eos>", bos_piece="<bos>", unk_piece="<unk>"),
+                                user_defined=["<start_of_turn>", "<end_of_turn>"])
+    tok = SpmTok(model, T.GemmaTokenizer, {}, "<start_of_turn>user\nHello<end_of_turn>\n")
+    cfg = T.Gemma2Config(
+        vocab_size=tok.vocab_size(), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=32,
+        max_position_embeddings=512, rms_norm_eps=1e-6, rope_theta=10000.0, sliding_window=8,
+        attn_logit_softcapping=2.0, final_logit_softcapping=1.0, hidden_activation="gelu_pytorch_tanh",
+        tie_word_embeddings=True, pad_token_id=0, bos_token_id=2, eos_token_id=1,
+        architectures=["Gemma2ForCausalLM"])
+    out.append(dict(name="gemma2", cls=T.Gemma2ForCausalLM, config=cfg, tok=tok, seed=11, sliding=8, gemma=True,
+                    embed_std=0.25 / 8))
+
+    # Phi-3: SentencePiece <unk> <s> </s> (Llama 2 style, dummy prefix), chat markers user-defined.
+    model = train_sentencepiece(lines, 500, dummy_prefix=True, ids=dict(unk_id=0, bos_id=1, eos_id=2, pad_id=-1),
+                                user_defined=["<|endoftext|>", "<|user|>", "<|assistant|>", "<|end|>"])
+    tok = SpmTok(model, T.LlamaTokenizer, {"legacy": False, "add_bos_token": True, "add_eos_token": False},
+                 "<|user|>\nHello<|end|>\n<|assistant|>")
+    cfg = T.Phi3Config(
+        vocab_size=tok.vocab_size(), num_hidden_layers=3, rms_norm_eps=1e-5, rope_theta=10000.0,
+        rope_scaling=None, original_max_position_embeddings=512, sliding_window=None, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, pad_token_id=None, architectures=["Phi3ForCausalLM"], **common)
+    out.append(dict(name="phi3", cls=T.Phi3ForCausalLM, config=cfg, tok=tok, seed=12))
+
+    tok, eos = bpe(380)
+    cfg = T.GraniteConfig(
+        vocab_size=tok.vocab_size(), num_hidden_layers=3, rms_norm_eps=1e-5, rope_theta=10000.0,
+        embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.125, logits_scaling=8.0,
+        tie_word_embeddings=False, bos_token_id=eos, eos_token_id=eos, pad_token_id=None,
+        architectures=["GraniteForCausalLM"], **common)
+    out.append(dict(name="granite", cls=T.GraniteForCausalLM, config=cfg, tok=tok, seed=13, embed_std=1.0 / 12))
+
+    tok, eos = bpe(380)
+    cfg = T.Olmo2Config(
+        vocab_size=tok.vocab_size(), num_hidden_layers=3, rms_norm_eps=1e-6, rope_theta=500000.0,
+        tie_word_embeddings=False, bos_token_id=None, eos_token_id=eos, pad_token_id=None,
+        architectures=["Olmo2ForCausalLM"], **common)
+    out.append(dict(name="olmo2", cls=T.Olmo2ForCausalLM, config=cfg, tok=tok, seed=14))
+
+    tok, eos = bpe(380)
+    cfg = T.SmolLM3Config(
+        vocab_size=tok.vocab_size(), num_hidden_layers=4, rms_norm_eps=1e-6, rope_theta=2000000.0,
+        no_rope_layer_interval=4, tie_word_embeddings=True, use_sliding_window=False, sliding_window=None,
+        bos_token_id=None, eos_token_id=eos, pad_token_id=None, architectures=["SmolLM3ForCausalLM"], **common)
+    out.append(dict(name="smollm3", cls=T.SmolLM3ForCausalLM, config=cfg, tok=tok, seed=15, embed_std=0.25))
+
+    tok, eos = bpe(380)
+    cfg = T.Starcoder2Config(
+        vocab_size=tok.vocab_size(), num_hidden_layers=3, norm_epsilon=1e-5, rope_theta=100000.0,
+        use_bias=True, hidden_act="gelu_pytorch_tanh", sliding_window=8, tie_word_embeddings=False,
+        bos_token_id=eos, eos_token_id=eos, architectures=["Starcoder2ForCausalLM"], **common)
+    out.append(dict(name="starcoder2", cls=T.Starcoder2ForCausalLM, config=cfg, tok=tok, seed=16, sliding=8))
+
+    for suffix, parallel in (("", False), ("_parallel", True)):
+        tok, eos = bpe(380)
+        cfg = T.StableLmConfig(
+            vocab_size=tok.vocab_size(), num_hidden_layers=3, layer_norm_eps=1e-5, rope_theta=10000.0,
+            partial_rotary_factor=0.25, use_qkv_bias=True, use_parallel_residual=parallel, qk_layernorm=parallel,
+            tie_word_embeddings=False, bos_token_id=eos, eos_token_id=eos, architectures=["StableLmForCausalLM"],
+            **common)
+        out.append(dict(name="stablelm" + suffix, cls=T.StableLmForCausalLM, config=cfg, tok=tok,
+                        seed=17 + (100 if parallel else 0)))
+
+    for suffix, qk in (("", False), ("_qknorm", True)):
+        tok, eos = bpe(380, bos=True)
+        cfg = T.CohereConfig(
+            vocab_size=tok.vocab_size(), num_hidden_layers=3, layer_norm_eps=1e-5, rope_theta=10000.0,
+            logit_scale=0.25, use_qk_norm=qk, tie_word_embeddings=True, bos_token_id=eos, eos_token_id=eos,
+            pad_token_id=None, architectures=["CohereForCausalLM"], **common)
+        out.append(dict(name="cohere" + suffix, cls=T.CohereForCausalLM, config=cfg, tok=tok,
+                        seed=18 + (100 if qk else 0), embed_std=0.25))
+
+    moe = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    tok, eos = bpe(380)
+    cfg = T.Qwen3MoeConfig(
+        vocab_size=tok.vocab_size(), num_hidden_layers=3, intermediate_size=128, moe_intermediate_size=64,
+        num_experts=4, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+        head_dim=16, rms_norm_eps=1e-6, rope_theta=1000000.0, use_sliding_window=False, tie_word_embeddings=False,
+        bos_token_id=eos, eos_token_id=eos, architectures=["Qwen3MoeForCausalLM"], **moe)
+    out.append(dict(name="qwen3_moe", cls=T.Qwen3MoeForCausalLM, config=cfg, tok=tok, seed=19, top_k=2))
+
+    tok, eos = bpe(380, bos=True)
+    cfg = T.MixtralConfig(
+        vocab_size=tok.vocab_size(), num_hidden_layers=3, intermediate_size=64, num_local_experts=4,
+        num_experts_per_tok=2, head_dim=16, rms_norm_eps=1e-5, rope_theta=1000000.0, sliding_window=None,
+        tie_word_embeddings=False, bos_token_id=eos, eos_token_id=eos, architectures=["MixtralForCausalLM"], **moe)
+    out.append(dict(name="mixtral", cls=T.MixtralForCausalLM, config=cfg, tok=tok, seed=20, top_k=2))
+
+    tok, eos = bpe(380)
+    cfg = T.Qwen2MoeConfig(
+        vocab_size=tok.vocab_size(), num_hidden_layers=3, intermediate_size=128, moe_intermediate_size=64,
+        shared_expert_intermediate_size=96, num_experts=4, num_experts_per_tok=2, norm_topk_prob=False,
+        decoder_sparse_step=1, mlp_only_layers=[], rms_norm_eps=1e-6, rope_theta=1000000.0,
+        use_sliding_window=False, tie_word_embeddings=False, bos_token_id=eos, eos_token_id=eos,
+        architectures=["Qwen2MoeForCausalLM"], **moe)
+    out.append(dict(name="qwen2_moe", cls=T.Qwen2MoeForCausalLM, config=cfg, tok=tok, seed=21, top_k=2))
+
+    tok, eos = bpe(380)
+    cfg = T.OlmoeConfig(
+        vocab_size=tok.vocab_size(), num_hidden_layers=3, intermediate_size=64, num_experts=4,
+        num_experts_per_tok=2, norm_topk_prob=False, rms_norm_eps=1e-5, rope_theta=10000.0, clip_qkv=None,
+        tie_word_embeddings=False, bos_token_id=None, eos_token_id=eos, pad_token_id=None,
+        architectures=["OlmoeForCausalLM"], **moe)
+    out.append(dict(name="olmoe", cls=T.OlmoeForCausalLM, config=cfg, tok=tok, seed=22, top_k=2))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# --describe: the GGUF's metadata and tensors as markdown
+
+def describe(llama_cpp, out_root, names):
+    for name in names:
+        path = os.path.join(out_root, name, "model.gguf")
+        if not os.path.exists(path):
+            continue
+        gguf, reader = gguf_reader(llama_cpp, path)
+        arch = field_value(gguf, reader.fields["general.architecture"])
+        print(f"## {name}\n\ngeneral.architecture = `{arch}`\n\nMetadata:\n")
+        for key, field in reader.fields.items():
+            if key.startswith("GGUF."):
+                continue
+            value = field_value(gguf, field)
+            if key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
+                       "tokenizer.ggml.scores"):
+                value = f"[{len(value)} entries]"
+            print(f"- `{key}` = {value!r}")
+        print("\nTensors (non-layer and layer 0; ggml shape ne0, ne1, ...):\n")
+        for t in reader.tensors:
+            if t.name.startswith("blk.") and not t.name.startswith("blk.0."):
+                continue
+            shape = [int(x) for x in t.shape]
+            print(f"- `{t.name}` {shape} {t.tensor_type.name}")
+        print()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    shared = os.path.join(ROOT, "..", "shared", "models", "text")
+    parser.add_argument("--text", nargs="+", default=[os.path.join(shared, "tinystories_val.txt"),
+                                                      os.path.join(shared, "wikitext-2-test.txt")])
+    parser.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "arch"))
+    parser.add_argument("--llama-cpp", default=DEFAULT_LLAMA_CPP)
+    parser.add_argument("--only", nargs="*", help="fixture names to build (default: all)")
+    parser.add_argument("--describe", action="store_true", help="print the GGUFs' metadata and tensors")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    lines = read_corpus(args.text)
+    all_specs = specs(lines)
+    names = [s["name"] for s in all_specs]
+    if args.describe:
+        describe(args.llama_cpp, args.out, args.only or names)
+        return 0
+    os.makedirs(args.out, exist_ok=True)
+    with tempfile.TemporaryDirectory() as work:
+        for spec in all_specs:
+            if args.only and spec["name"] not in args.only:
+                continue
+            build(spec, args.out, args.llama_cpp, work)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -321,7 +321,10 @@ def build_once(spec, seed, out_root, llama_cpp, work):
     shutil.rmtree(hf, ignore_errors=True)
     os.makedirs(hf)
     torch.manual_seed(seed)
-    model = spec["cls"](config)
+    # transformers' own init is skipped (randomize sets every parameter): StableLM's _init_weights
+    # fails on qk_layernorm's bias-free LayerNorms in 4.57.
+    with transformers.modeling_utils.no_init_weights():
+        model = spec["cls"](config)
     randomize(model, seed, spec.get("gemma", False), spec.get("embed_std", 1.0))
     model.save_pretrained(hf, safe_serialization=True)
     gen_cfg = os.path.join(hf, "generation_config.json")

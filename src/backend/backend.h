@@ -70,6 +70,7 @@ struct PagedAttentionArgs {
   int n_kv_head = 0;
   int head_dim = 0;
   float scale = 1.0f;                     // usually 1/sqrt(head_dim)
+  float softcap = 0.0f;                   // > 0: scores = softcap * tanh(scores / softcap) (Gemma 2)
   int window = 0;                         // tokens visible in all; 0 = full causal attention
   int sinks = 0;                          // attention sinks (only with window > 0)
   const RopeParams* sink_rope = nullptr;  // the layer's RoPE (needed when sinks > 0)
@@ -103,6 +104,13 @@ class Backend {
   // The residual add and the next RMSNorm in one pass: x += y; out = rms_norm(x) * weight.
   virtual void add_rms_norm(float* x, const float* y, const float* weight, int64_t n, int64_t width,
                             float eps, float* out) = 0;
+  // out[i] = (x[i] - mean(x[i])) / sqrt(var(x[i]) + eps) * weight + bias, rows of `width`; bias
+  // may be null (none).
+  virtual void layer_norm(const float* x, const float* weight, const float* bias, int64_t n, int64_t width,
+                          float eps, float* out) = 0;
+  // The residual add and the next LayerNorm in one pass: x += y; out = layer_norm(x).
+  virtual void add_layer_norm(float* x, const float* y, const float* weight, const float* bias, int64_t n,
+                              int64_t width, float eps, float* out) = 0;
   // Rotates each head of x[n][n_heads * head_dim] in place by its token's position.
   virtual void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim,
                     const RopeParams& params) = 0;
@@ -110,6 +118,8 @@ class Backend {
   virtual void silu_mul(const float* gate, const float* up, int64_t count, float* out) = 0;
   // out = gelu_tanh(gate) * up (Gemma's gated MLP).
   virtual void gelu_mul(const float* gate, const float* up, int64_t count, float* out) = 0;
+  // x = act(x), elementwise (a plain, ungated MLP's activation).
+  virtual void activate(GatedActivation act, float* x, int64_t count) = 0;
   // x += y, elementwise.
   virtual void add(float* x, const float* y, int64_t count) = 0;
   // x[t][j] += row[j] for each of n rows of `width` (a bias).

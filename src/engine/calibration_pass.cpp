@@ -8,8 +8,25 @@
 
 namespace kestrel {
 
+std::string calibration_limit(const Model& model, bool names_only) {
+  const ModelConfig& c = model.config();
+  const gguf::GgufFile& file = model.file();
+  if (file.find_tensor("blk.0.attn_qkv.weight") != nullptr) return "fused attn_qkv tensors";
+  if (c.gated_ffn && file.find_tensor("blk.0.ffn_gate.weight") == nullptr) return "a fused gate+up ffn_up tensor";
+  if (names_only) return "";
+  if (c.norm != NormKind::Rms) return "LayerNorm";
+  if (!c.input_norms) return "blocks without input norms";
+  if (c.parallel_block) return "parallel attention and MLP blocks";
+  if (!c.gated_ffn) return "an ungated MLP";
+  return "";
+}
+
 void run_calibration_pass(const Model& model, std::span<const int32_t> tokens, const CalibrationPass& o,
                           ActivationObserver& observer, const char* method) {
+  if (const std::string limit = calibration_limit(model); !limit.empty()) {
+    fail("{} calibration does not support architecture '{}' yet ({}); quantize it with --method rtn",
+         method, model.config().architecture, limit);
+  }
   if (o.n_ctx < 2 || o.n_chunks < 1) {
     fail("{} calibration needs chunks of at least 2 tokens, got {} x {}", method, o.n_chunks, o.n_ctx);
   }

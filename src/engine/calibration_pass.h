@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -23,7 +24,15 @@ struct CalibrationPass {
   int num_threads = 2;
 };
 
-// Throws (with both numbers) when the tokens do not hold n_chunks x n_ctx tokens. `method` names
+// Why the calibrated quantizers cannot handle this model, or "" when they can. They write
+// attn_q/k/v and ffn_gate/up tensors by name (`names_only`: the only limit that matters to an
+// importance matrix) and AWQ folds scales into the RMSNorm before a matrix, so fused tensors
+// (Phi-3), LayerNorm, blocks without input norms (OLMo 2), the parallel block (Cohere) and the
+// plain MLP (Starcoder2) are not supported yet.
+std::string calibration_limit(const Model& model, bool names_only = false);
+
+// Throws (with both numbers) when the tokens do not hold n_chunks x n_ctx tokens, and (naming the
+// architecture) for a model calibration_limit refuses. `method` names
 // the caller in the errors ("GPTQ", "AWQ").
 void run_calibration_pass(const Model& model, std::span<const int32_t> tokens, const CalibrationPass& pass,
                           ActivationObserver& observer, const char* method);

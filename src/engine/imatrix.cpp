@@ -1,5 +1,7 @@
 #include "engine/imatrix.h"
 
+#include "engine/calibration_pass.h"
+
 #include <cmath>
 
 #include "core/error.h"
@@ -29,6 +31,9 @@ void ImatrixCollector::observe(int64_t layer, LinearKind kind, const float* x, i
 ImatrixResult compute_imatrix(const Model& model, std::span<const int32_t> tokens, PerplexityOptions options,
                               bool include_output, const std::string& dataset_name,
                               const std::function<void(int64_t, double)>& on_chunk) {
+  if (const std::string limit = calibration_limit(model, /*names_only=*/true); !limit.empty()) {
+    fail("imatrix does not support architecture '{}' yet ({})", model.config().architecture, limit);
+  }
   ImatrixCollector collector(include_output);
   options.observer = &collector;
   options.all_logits = include_output;

@@ -1,12 +1,14 @@
 // The decoder forward pass shared by every architecture, over a flattened batch (all sequences'
 // tokens in one [T, width] activation matrix). Per layer:
-//   h = RMSNorm(x); q, k, v = h W (+ bias); [per-head RMSNorm of q, k]; RoPE; [Hadamard rotation
-//   of q, k]; write K/V to the paged cache in its types; paged attention (windowed on sliding
-//   layers, rolling window with sinks when streaming); o = attn W_o; [RMSNorm(o)]; x += o
-//   h = RMSNorm(x); m = W_down (act(h W_gate) * h W_up); [RMSNorm(m)]; x += m
-// then the final RMSNorm and the output head only for the rows that need logits. Bracketed steps
-// and the activation follow the config's feature flags (model_config.h): architectures differ in
-// configuration, never in a copy of this code.
+//   h = Norm(x); q, k, v = h W (+ b); [q/k norm]; [RoPE]; [Hadamard rotation of q, k]; write K/V
+//   to the paged cache in its types; paged attention (windowed on sliding layers, rolling window
+//   with sinks when streaming, [soft-capped scores]); o = attn W_o (+ b); [Norm(o)]; [o *= r]; x += o
+//   h = Norm(x) (or, parallel block, the attention's h); m = W_down (act(h W_gate) * h W_up)
+//   (+ b) or W_down act(h W_up); [Norm(m)]; [m *= r]; x += m
+// then the final norm and the output head (scaled, soft-capped) only for the rows that need
+// logits. Norm is RMSNorm or LayerNorm; bracketed steps, biases and the activation follow the
+// config's feature flags (model_config.h): architectures differ in configuration, never in a copy
+// of this code.
 //
 // Split over ranks (model_shard.h) the same code runs on each rank's slice: q/k/v and gate/up on
 // its heads and channels, attn_output and ffn_down as partial sums all-reduced over the tensor-
@@ -154,13 +156,89 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
     gather_rows(tp, s.own_rows.data(), T, embd_widths, s, y);
   };
 
+  // A norm of the model's kind over rows of `width` (in place allowed); a null weight is no norm
+  // (OLMo 2's blocks read the residual stream as is).
+  auto norm = [&](const float* x, const float* w, const float* b, int64_t rows, int64_t width, float* out) {
+    if (w == nullptr) {
+      if (out != x) std::copy_n(x, rows * width, out);
+    } else if (c.norm == NormKind::Layer) {
+      backend.layer_norm(x, w, b, rows, width, c.rms_eps, out);
+    } else {
+      backend.rms_norm(x, w, rows, width, c.rms_eps, out);
+    }
+  };
+  // x += y; out = norm(x): the residual add fused with the next norm.
+  auto add_norm = [&](float* x, const float* y, const float* w, const float* b, float* out) {
+    if (w == nullptr) {
+      backend.add(x, y, T * c.n_embd);
+      std::copy_n(x, T * c.n_embd, out);
+    } else if (c.norm == NormKind::Layer) {
+      backend.add_layer_norm(x, y, w, b, T, c.n_embd, c.rms_eps, out);
+    } else {
+      backend.add_rms_norm(x, y, w, T, c.n_embd, c.rms_eps, out);
+    }
+  };
+  // The q/k norm of `x` [T][heads * head_dim] (QkNorm in model_config.h).
+  auto qk_norm = [&](float* x, const float* w, int64_t heads) {
+    switch (c.qk_norm) {
+      case QkNorm::None: return;
+      case QkNorm::PerHead: norm(x, w, nullptr, T * heads, c.head_dim, x); return;
+      case QkNorm::Full: norm(x, w, nullptr, T, heads * c.head_dim, x); return;
+      case QkNorm::PerHeadEach:
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t h = 0; h < heads; ++h) {
+            float* row = x + (t * heads + h) * c.head_dim;
+            norm(row, w + h * c.head_dim, nullptr, 1, c.head_dim, row);
+          }
+        }
+        return;
+    }
+  };
+  // The MLP of layer l over s.normed into s.proj: down(act(gate h) * up h), or down(act(up h)).
+  auto mlp = [&](int64_t il, const LayerWeights& l) {
+    if (observer) {
+      if (c.gated_ffn) observer->observe(il, LinearKind::FfnGate, s.normed.data(), T, c.n_embd);
+      observer->observe(il, LinearKind::FfnUp, s.normed.data(), T, c.n_embd);
+    }
+    const GatedActivation act =
+        c.activation == Activation::GeluTanh ? GatedActivation::GeluTanh : GatedActivation::Silu;
+    if (!c.gated_ffn) {
+      backend.matmul(l.w_up, s.normed.data(), T, s.gate.data());
+      if (l.b_up) backend.add_row(s.gate.data(), l.b_up, T, n_ff);
+      backend.activate(act, s.gate.data(), T * n_ff);
+    } else if (l.b_gate || l.b_up) {
+      // Biases sit between the matmuls and the activation: the fused path cannot take them.
+      s.up.resize(size_t(T * n_ff));
+      const WeightView gate_up[2] = {l.w_gate, l.w_up};
+      float* const outs[2] = {s.gate.data(), s.up.data()};
+      backend.matmul_many(gate_up, s.normed.data(), T, outs);
+      if (l.b_gate) backend.add_row(s.gate.data(), l.b_gate, T, n_ff);
+      if (l.b_up) backend.add_row(s.up.data(), l.b_up, T, n_ff);
+      if (act == GatedActivation::Silu) {
+        backend.silu_mul(s.gate.data(), s.up.data(), T * n_ff, s.gate.data());
+      } else {
+        backend.gelu_mul(s.gate.data(), s.up.data(), T * n_ff, s.gate.data());
+      }
+    } else {
+      backend.gated_ffn(l.w_gate, l.w_up, act, s.normed.data(), T, s.gate.data());
+    }
+    if (observer) observer->observe(il, LinearKind::FfnDown, s.gate.data(), T, c.n_ff);
+    row_parallel(l.w_down, s.gate.data(), ff_widths, s.proj.data());
+    if (l.b_down) backend.add_row(s.proj.data(), l.b_down, T, c.n_embd);
+    if (c.post_norms) norm(s.proj.data(), l.post_ffn_norm, nullptr, T, c.n_embd, s.proj.data());
+    if (c.residual_scale != 1.0f) backend.scale(s.proj.data(), c.residual_scale, T * c.n_embd);
+  };
+  RopeParams no_rope = rope;  // a NoPE layer's (n_rot 0: its sinks need no re-rotation)
+  no_rope.n_rot = 0;
+  attn.softcap = c.attn_logit_softcap;
+
   // The first layer's input norm; every later one is fused with the residual add before it.
-  backend.rms_norm(s.hidden.data(), weights_.layers[size_t(sh.layer_begin)].attn_norm, T, c.n_embd, c.rms_eps,
-                   s.normed.data());
+  const LayerWeights& first = weights_.layers[size_t(sh.layer_begin)];
+  norm(s.hidden.data(), first.attn_norm, first.attn_norm_b, T, c.n_embd, s.normed.data());
   for (int64_t il = sh.layer_begin; il < sh.layer_end; ++il) {
     const LayerWeights& l = weights_.layers[size_t(il)];
     const bool sliding = c.is_sliding(il);
-    // Attention block; s.normed holds RMSNorm(x) with this layer's attn_norm.
+    // Attention block; s.normed holds the layer's input norm of x.
     // Every weight view is read after the observer has seen its input: an observer may replace
     // the matrix in between (GPTQ quantizes layer by layer that way).
     if (observer) {
@@ -171,21 +249,19 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
     const WeightView qkv[3] = {l.wq, l.wk, l.wv};
     float* const qkv_out[3] = {s.q.data(), s.k.data(), s.v.data()};
     backend.matmul_many(qkv, s.normed.data(), T, qkv_out);
-    if (c.qkv_bias) {
-      backend.add_row(s.q.data(), l.bq, T, q_width);
-      backend.add_row(s.k.data(), l.bk, T, kv_width);
-      backend.add_row(s.v.data(), l.bv, T, kv_width);
-    }
-    if (c.qk_norm) {
-      backend.rms_norm(s.q.data(), l.q_norm, T * n_head, c.head_dim, c.rms_eps, s.q.data());
-      backend.rms_norm(s.k.data(), l.k_norm, T * n_head_kv, c.head_dim, c.rms_eps, s.k.data());
-    }
+    if (l.bq) backend.add_row(s.q.data(), l.bq, T, q_width);
+    if (l.bk) backend.add_row(s.k.data(), l.bk, T, kv_width);
+    if (l.bv) backend.add_row(s.v.data(), l.bv, T, kv_width);
+    qk_norm(s.q.data(), l.q_norm, n_head);
+    qk_norm(s.k.data(), l.k_norm, n_head_kv);
     // Gemma 3's local layers have their own RoPE base and no scaling (rope_scaling is global-only).
     const bool local_rope = sliding && c.rope_freq_base_sliding > 0.0f;
     rope.freq_base = local_rope ? c.rope_freq_base_sliding : c.rope_freq_base;
     rope.freq_scale = local_rope ? 1.0f : c.rope_freq_scale;
-    backend.rope(s.q.data(), batch.positions.data(), T, int(n_head), int(c.head_dim), rope);
-    backend.rope(s.k.data(), batch.positions.data(), T, int(n_head_kv), int(c.head_dim), rope);
+    if (c.has_rope(il)) {
+      backend.rope(s.q.data(), batch.positions.data(), T, int(n_head), int(c.head_dim), rope);
+      backend.rope(s.k.data(), batch.positions.data(), T, int(n_head_kv), int(c.head_dim), rope);
+    }
     if (kv.spec.rotate) {
       // Hadamard-rotate each head of Q and K: q . k is unchanged, K's outliers are spread before
       // it is quantized into the cache.
@@ -201,32 +277,25 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
     attn.max_blocks_per_seq = group.max_blocks_per_seq;
     attn.window = kv.layout.group_windows[size_t(g)];
     attn.sinks = kv.layout.group_sinks[size_t(g)];
-    attn.sink_rope = &rope;
+    attn.sink_rope = c.has_rope(il) ? &rope : &no_rope;
     backend.paged_attention(attn, s.q.data(), kv.layers[size_t(il)], s.attn.data());
     if (observer) observer->observe(il, LinearKind::AttnOutput, s.attn.data(), T, c.q_width());
     row_parallel(l.wo, s.attn.data(), q_widths, s.proj.data());
-    if (c.post_norms) {
-      backend.rms_norm(s.proj.data(), l.post_attn_norm, T, c.n_embd, c.rms_eps, s.proj.data());
+    if (l.bo) backend.add_row(s.proj.data(), l.bo, T, c.n_embd);
+    if (c.post_norms) norm(s.proj.data(), l.post_attn_norm, nullptr, T, c.n_embd, s.proj.data());
+    if (c.residual_scale != 1.0f) backend.scale(s.proj.data(), c.residual_scale, T * c.n_embd);
+    if (c.parallel_block) {
+      // x += o; the MLP reads the same normed input as attention did.
+      backend.add(s.hidden.data(), s.proj.data(), T * c.n_embd);
+    } else {
+      // x += o; h = norm(x) for the MLP.
+      add_norm(s.hidden.data(), s.proj.data(), l.ffn_norm, l.ffn_norm_b, s.normed.data());
     }
-    // x += o; h = RMSNorm(x) for the MLP.
-    backend.add_rms_norm(s.hidden.data(), s.proj.data(), l.ffn_norm, T, c.n_embd, c.rms_eps, s.normed.data());
-    // Gated MLP block: down(act(gate(h)) * up(h)).
-    if (observer) {
-      observer->observe(il, LinearKind::FfnGate, s.normed.data(), T, c.n_embd);
-      observer->observe(il, LinearKind::FfnUp, s.normed.data(), T, c.n_embd);
-    }
-    backend.gated_ffn(l.w_gate, l.w_up,
-                      c.activation == Activation::GeluTanh ? GatedActivation::GeluTanh : GatedActivation::Silu,
-                      s.normed.data(), T, s.gate.data());
-    if (observer) observer->observe(il, LinearKind::FfnDown, s.gate.data(), T, c.n_ff);
-    row_parallel(l.w_down, s.gate.data(), ff_widths, s.proj.data());
-    if (c.post_norms) {
-      backend.rms_norm(s.proj.data(), l.post_ffn_norm, T, c.n_embd, c.rms_eps, s.proj.data());
-    }
+    mlp(il, l);
     if (il + 1 < sh.layer_end) {
-      // x += m; h = RMSNorm(x) for the next layer's attention.
-      backend.add_rms_norm(s.hidden.data(), s.proj.data(), weights_.layers[size_t(il + 1)].attn_norm, T,
-                           c.n_embd, c.rms_eps, s.normed.data());
+      // x += m; h = norm(x) for the next layer's attention.
+      const LayerWeights& next = weights_.layers[size_t(il + 1)];
+      add_norm(s.hidden.data(), s.proj.data(), next.attn_norm, next.attn_norm_b, s.normed.data());
     } else {
       // The stage's last layer (the next stage, or the head, normalizes): the same sum as fused.
       backend.add(s.hidden.data(), s.proj.data(), T * c.n_embd);
@@ -248,13 +317,18 @@ void Model::head(Backend& backend, const ForwardBatch& batch, ForwardScratch& s,
     std::copy_n(s.hidden.data() + int64_t(row) * c.n_embd, c.n_embd,
                 s.logits_in.data() + i * c.n_embd);
   }
-  backend.rms_norm(s.logits_in.data(), weights_.output_norm, n_out, c.n_embd, c.rms_eps,
-                   s.logits_in.data());
+  if (c.norm == NormKind::Layer) {
+    backend.layer_norm(s.logits_in.data(), weights_.output_norm, weights_.output_norm_b, n_out, c.n_embd,
+                       c.rms_eps, s.logits_in.data());
+  } else {
+    backend.rms_norm(s.logits_in.data(), weights_.output_norm, n_out, c.n_embd, c.rms_eps, s.logits_in.data());
+  }
   if (observer && !weights_.tied_output) {
     observer->observe(-1, LinearKind::Output, s.logits_in.data(), n_out, c.n_embd);
   }
   if (tp.size() == 1) {
     backend.matmul(weights_.output, s.logits_in.data(), n_out, logits);
+    if (c.logit_scale != 1.0f) backend.scale(logits, c.logit_scale, n_out * c.n_vocab);
     if (c.final_logit_softcap > 0.0f) backend.softcap(logits, c.final_logit_softcap, n_out * c.n_vocab);
     return;
   }
@@ -262,6 +336,7 @@ void Model::head(Backend& backend, const ForwardBatch& batch, ForwardScratch& s,
   const int64_t v_local = shard_.mine().n_vocab();
   s.logits_local.resize(size_t(n_out * v_local));
   backend.matmul(weights_.output, s.logits_in.data(), n_out, s.logits_local.data());
+  if (c.logit_scale != 1.0f) backend.scale(s.logits_local.data(), c.logit_scale, n_out * v_local);
   if (c.final_logit_softcap > 0.0f) backend.softcap(s.logits_local.data(), c.final_logit_softcap, n_out * v_local);
   std::vector<int64_t> counts, widths;
   for (const RankSlice& r : shard_.slices) {

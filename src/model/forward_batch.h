@@ -48,7 +48,7 @@ struct KvCacheView {
 
 // Activation buffers reused across forward calls (grown as needed, never shrunk).
 struct ForwardScratch {
-  std::vector<float> hidden, normed, q, k, v, attn, proj, gate, logits_in;
+  std::vector<float> hidden, normed, q, k, v, attn, proj, gate, up, logits_in;
   std::vector<float> gathered, gathered_rows, own_rows, logits_local;  // tensor-parallel gathers
 };
 

@@ -78,6 +78,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& 
   model->file_ = is_hf_folder(path) ? load_hf_folder(path) : gguf::GgufFile::open(path);
   model->config_ = read_model_config(*model->file_);
   model->read_vocab_size();
+  if (request.tp_size > 1 && model->config_.qk_norm == QkNorm::Full) {
+    fail("{}: architecture '{}' normalizes q and k across all heads at once, which --tp cannot split yet",
+         model->file_->name(), model->config_.architecture);
+  }
   // The FFN split's unit: whole blocks of ffn_down's format (the same type in every layer of the
   // files llama.cpp writes; a mixed file uses the largest block).
   int64_t ff_align = 1;
@@ -112,10 +116,14 @@ WeightView Model::columns_of(const WeightView& w, int64_t begin, int64_t end) {
   return slice_columns(w, begin, end, owned_matrices_);
 }
 
-const float* Model::vector_tensor(const std::string& name, int64_t length) {
+const float* Model::optional_vector(const std::string& name, int64_t length) {
+  return file_->find_tensor(name) != nullptr ? vector_tensor(name, length) : nullptr;
+}
+
+const float* Model::vector_tensor(const std::string& name, int64_t length, bool flatten) {
   const gguf::TensorInfo* t = file_->find_tensor(name);
   if (t == nullptr) fail("{}: missing tensor '{}'", file_->name(), name);
-  if (t->dims.size() != 1 || t->dims[0] != length) {
+  if (flatten ? t->num_elements != length : (t->dims.size() != 1 || t->dims[0] != length)) {
     fail("{}: tensor '{}' should have shape [{}] but has {} dims (first {})", file_->name(), name,
          length, t->dims.size(), t->dims[0]);
   }
@@ -174,8 +182,13 @@ void Model::load_weights() {
   }
   if (sh.last_stage()) {
     weights_.output_norm = vector_tensor("output_norm.weight", c.n_embd);
+    weights_.output_norm_b = optional_vector("output_norm.bias", c.n_embd);
     weights_.output = tied ? rows_of(embd_full, me.vocab_begin, me.vocab_end)
                            : rows_of(matrix_tensor("output.weight", c.n_vocab, c.n_embd), me.vocab_begin, me.vocab_end);
+  }
+  if (file_->find_tensor("rope_factors_long.weight") != nullptr || file_->find_tensor("rope_factors_short.weight") != nullptr) {
+    fail("{}: LongRoPE (rope_factors_long / rope_factors_short, as in Phi-3 128k, Phi-3.5 and Phi-4-mini) is not "
+         "supported yet", file_->name());
   }
   if (file_->find_tensor("rope_freqs.weight") != nullptr) {
     weights_.rope_freq_factors = vector_tensor("rope_freqs.weight", c.n_rot / 2);
@@ -189,24 +202,61 @@ void Model::load_layer(int64_t il) {
   const RankSlice& me = shard_.mine();
   const std::string p = fmt::format("blk.{}.", il);
   LayerWeights& l = weights_.layers[size_t(il)];
-  const int64_t hd = c.head_dim;
+  const int64_t hd = c.head_dim, qw = c.q_width(), kvw = c.kv_width();
   const int64_t q0 = me.q_head_begin * hd, q1 = me.q_head_end * hd;
   const int64_t kv0 = me.kv_head_begin * hd, kv1 = me.kv_head_end * hd;
-  l.attn_norm = vector_tensor(p + "attn_norm.weight", c.n_embd);
+  if (c.input_norms) {
+    l.attn_norm = vector_tensor(p + "attn_norm.weight", c.n_embd);
+    l.attn_norm_b = optional_vector(p + "attn_norm.bias", c.n_embd);
+  }
+  // Q, K and V: three tensors, or one attn_qkv of [qw + 2 kvw] rows (Phi-3) viewed in three parts.
+  WeightView q, k, v;
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
+  if (file_->find_tensor(p + "attn_qkv.weight") != nullptr) {
+    const WeightView qkv = matrix_tensor(p + "attn_qkv.weight", qw + 2 * kvw, c.n_embd);
+    q = rows_of(qkv, 0, qw);
+    k = rows_of(qkv, qw, qw + kvw);
+    v = rows_of(qkv, qw + kvw, qw + 2 * kvw);
+    if (const float* b = optional_vector(p + "attn_qkv.bias", qw + 2 * kvw)) {
+      bq = b;
+      bk = b + qw;
+      bv = b + qw + kvw;
+    }
+  } else {
+    q = matrix_tensor(p + "attn_q.weight", qw, c.n_embd);
+    k = matrix_tensor(p + "attn_k.weight", kvw, c.n_embd);
+    v = matrix_tensor(p + "attn_v.weight", kvw, c.n_embd);
+    bq = optional_vector(p + "attn_q.bias", qw);
+    bk = optional_vector(p + "attn_k.bias", kvw);
+    bv = optional_vector(p + "attn_v.bias", kvw);
+  }
+  if (c.qkv_bias && (bq == nullptr || bk == nullptr || bv == nullptr)) {
+    fail("{}: missing tensor '{}attn_q.bias' / attn_k.bias / attn_v.bias ({} has q/k/v biases)", file_->name(), p,
+         c.architecture);
+  }
   // Column-parallel: whole heads' and channels' rows, in place.
-  l.wq = rows_of(matrix_tensor(p + "attn_q.weight", c.q_width(), c.n_embd), q0, q1);
-  l.wk = rows_of(matrix_tensor(p + "attn_k.weight", c.kv_width(), c.n_embd), kv0, kv1);
-  l.wv = rows_of(matrix_tensor(p + "attn_v.weight", c.kv_width(), c.n_embd), kv0, kv1);
-  if (c.qkv_bias) {
-    l.bq = vector_tensor(p + "attn_q.bias", c.q_width()) + q0;
-    l.bk = vector_tensor(p + "attn_k.bias", c.kv_width()) + kv0;
-    l.bv = vector_tensor(p + "attn_v.bias", c.kv_width()) + kv0;
+  l.wq = rows_of(q, q0, q1);
+  l.wk = rows_of(k, kv0, kv1);
+  l.wv = rows_of(v, kv0, kv1);
+  l.bq = bq != nullptr ? bq + q0 : nullptr;
+  l.bk = bk != nullptr ? bk + kv0 : nullptr;
+  l.bv = bv != nullptr ? bv + kv0 : nullptr;
+  switch (c.qk_norm) {
+    case QkNorm::None: break;
+    case QkNorm::PerHead:
+      l.q_norm = vector_tensor(p + "attn_q_norm.weight", hd);
+      l.k_norm = vector_tensor(p + "attn_k_norm.weight", hd);
+      break;
+    case QkNorm::PerHeadEach:  // [n_head][head_dim]: this rank's heads
+      l.q_norm = vector_tensor(p + "attn_q_norm.weight", qw, /*flatten=*/true) + q0;
+      l.k_norm = vector_tensor(p + "attn_k_norm.weight", kvw, /*flatten=*/true) + kv0;
+      break;
+    case QkNorm::Full:
+      l.q_norm = vector_tensor(p + "attn_q_norm.weight", qw);
+      l.k_norm = vector_tensor(p + "attn_k_norm.weight", kvw);
+      break;
   }
-  if (c.qk_norm) {
-    l.q_norm = vector_tensor(p + "attn_q_norm.weight", c.head_dim);
-    l.k_norm = vector_tensor(p + "attn_k_norm.weight", c.head_dim);
-  }
-  const WeightView wo = matrix_tensor(p + "attn_output.weight", c.n_embd, c.q_width());
+  const WeightView wo = matrix_tensor(p + "attn_output.weight", c.n_embd, qw);
   const WeightView down = matrix_tensor(p + "ffn_down.weight", c.n_embd, c.n_ff);
   if (shard_.tp_deterministic) {
     // Output rows over gathered inputs: whole rows, in place.
@@ -217,9 +267,30 @@ void Model::load_layer(int64_t il) {
     l.wo = columns_of(wo, q0, q1);
     l.w_down = columns_of(down, me.ff_begin, me.ff_end);
   }
-  l.ffn_norm = vector_tensor(p + "ffn_norm.weight", c.n_embd);
-  l.w_gate = rows_of(matrix_tensor(p + "ffn_gate.weight", c.n_ff, c.n_embd), me.ff_begin, me.ff_end);
-  l.w_up = rows_of(matrix_tensor(p + "ffn_up.weight", c.n_ff, c.n_embd), me.ff_begin, me.ff_end);
+  // Row-parallel outputs' biases are added once to the full sums.
+  l.bo = optional_vector(p + "attn_output.bias", c.n_embd);
+  l.b_down = optional_vector(p + "ffn_down.bias", c.n_embd);
+  if (c.input_norms && !c.parallel_block) {
+    l.ffn_norm = vector_tensor(p + "ffn_norm.weight", c.n_embd);
+    l.ffn_norm_b = optional_vector(p + "ffn_norm.bias", c.n_embd);
+  }
+  // The MLP's input half: gate and up, or one ffn_up of [2 n_ff] rows holding gate then up
+  // (Phi-3), or up alone (a plain MLP).
+  WeightView gate, up;
+  if (!c.gated_ffn) {
+    up = matrix_tensor(p + "ffn_up.weight", c.n_ff, c.n_embd);
+  } else if (file_->find_tensor(p + "ffn_gate.weight") == nullptr) {
+    const WeightView gate_up = matrix_tensor(p + "ffn_up.weight", 2 * c.n_ff, c.n_embd);
+    gate = rows_of(gate_up, 0, c.n_ff);
+    up = rows_of(gate_up, c.n_ff, 2 * c.n_ff);
+  } else {
+    gate = matrix_tensor(p + "ffn_gate.weight", c.n_ff, c.n_embd);
+    up = matrix_tensor(p + "ffn_up.weight", c.n_ff, c.n_embd);
+  }
+  if (c.gated_ffn) l.w_gate = rows_of(gate, me.ff_begin, me.ff_end);
+  l.w_up = rows_of(up, me.ff_begin, me.ff_end);
+  if (const float* b = optional_vector(p + "ffn_gate.bias", c.n_ff)) l.b_gate = b + me.ff_begin;
+  if (const float* b = optional_vector(p + "ffn_up.bias", c.n_ff)) l.b_up = b + me.ff_begin;
   if (c.post_norms) {
     l.post_attn_norm = vector_tensor(p + "post_attention_norm.weight", c.n_embd);
     l.post_ffn_norm = vector_tensor(p + "post_ffw_norm.weight", c.n_embd);

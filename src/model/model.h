@@ -18,21 +18,29 @@
 namespace kestrel {
 
 struct LayerWeights {
+  // Norm weights and biases follow ModelConfig::norm; a null bias is none. A null input norm
+  // (OLMo 2) means the block reads the residual stream as is.
   const float* attn_norm = nullptr;  // [n_embd]
-  WeightView wq;                     // [n_head * head_dim][n_embd]
+  const float* attn_norm_b = nullptr;  // [n_embd]
+  WeightView wq;                     // [n_head * head_dim][n_embd]  (a row range of attn_qkv when fused)
   WeightView wk;                     // [n_head_kv * head_dim][n_embd]
   WeightView wv;                     // [n_head_kv * head_dim][n_embd]
-  const float* bq = nullptr;         // [n_head * head_dim]     (qkv_bias)
-  const float* bk = nullptr;         // [n_head_kv * head_dim]  (qkv_bias)
-  const float* bv = nullptr;         // [n_head_kv * head_dim]  (qkv_bias)
-  const float* q_norm = nullptr;     // [head_dim]              (qk_norm)
-  const float* k_norm = nullptr;     // [head_dim]              (qk_norm)
+  const float* bq = nullptr;         // [n_head * head_dim]
+  const float* bk = nullptr;         // [n_head_kv * head_dim]
+  const float* bv = nullptr;         // [n_head_kv * head_dim]
+  const float* q_norm = nullptr;     // QkNorm: PerHead [head_dim], PerHeadEach [n_head][head_dim], Full [n_head * head_dim]
+  const float* k_norm = nullptr;     // the same with n_head_kv
   WeightView wo;                     // [n_embd][n_head * head_dim]
+  const float* bo = nullptr;         // [n_embd]
   const float* post_attn_norm = nullptr;  // [n_embd]           (post_norms)
-  const float* ffn_norm = nullptr;   // [n_embd]
-  WeightView w_gate;                 // [n_ff][n_embd]
+  const float* ffn_norm = nullptr;   // [n_embd]; null when parallel_block or !input_norms
+  const float* ffn_norm_b = nullptr;   // [n_embd]
+  WeightView w_gate;                 // [n_ff][n_embd] (gated_ffn; rows [0, n_ff) of a fused gate+up)
   WeightView w_up;                   // [n_ff][n_embd]
   WeightView w_down;                 // [n_embd][n_ff]
+  const float* b_gate = nullptr;     // [n_ff]
+  const float* b_up = nullptr;       // [n_ff]
+  const float* b_down = nullptr;     // [n_embd]
   const float* post_ffn_norm = nullptr;   // [n_embd]           (post_norms)
 
   // The linear matrix of `kind` (not LinearKind::Output, which is the model's).
@@ -43,6 +51,7 @@ struct LayerWeights {
 struct ModelWeights {
   WeightView token_embd;              // [n_vocab][n_embd]
   const float* output_norm = nullptr; // [n_embd]
+  const float* output_norm_b = nullptr;  // [n_embd] (LayerNorm models)
   WeightView output;                  // [n_vocab][n_embd]; the embedding when tied
   bool tied_output = false;
   const float* rope_freq_factors = nullptr;  // [n_rot / 2] or null
@@ -112,7 +121,10 @@ class Model {
   // Rows [begin, end) of `w`, in place; columns [begin, end) of every row, repacked.
   static WeightView rows_of(const WeightView& w, int64_t begin, int64_t end);
   WeightView columns_of(const WeightView& w, int64_t begin, int64_t end);
-  const float* vector_tensor(const std::string& name, int64_t length);
+  // A 1-D tensor of `length` values in F32 (`flatten`: any shape of that many elements).
+  const float* vector_tensor(const std::string& name, int64_t length, bool flatten = false);
+  // The tensor if the file has it, else null.
+  const float* optional_vector(const std::string& name, int64_t length);
   WeightView matrix_tensor(const std::string& name, int64_t rows, int64_t cols);
 
   std::unique_ptr<gguf::GgufFile> file_;

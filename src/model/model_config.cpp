@@ -45,9 +45,13 @@ void read_common(const gguf::GgufFile& file, ModelConfig& c) {
     fail("{}: attention.head_count {} is not a multiple of attention.head_count_kv {}", file.name(),
          c.n_head, c.n_head_kv);
   }
-  c.rms_eps = float(file.require_float(p + "attention.layer_norm_rms_epsilon"));
+  // LayerNorm models store their epsilon under another key.
+  const std::string eps_key = p + (file.find(p + "attention.layer_norm_rms_epsilon") != nullptr
+                                       ? "attention.layer_norm_rms_epsilon"
+                                       : "attention.layer_norm_epsilon");
+  c.rms_eps = float(file.require_float(eps_key));
   if (!(c.rms_eps > 0.0f && c.rms_eps < 1.0f)) {
-    fail("{}: attention.layer_norm_rms_epsilon {} is out of range", file.name(), c.rms_eps);
+    fail("{}: {} {} is out of range", file.name(), eps_key, c.rms_eps);
   }
   c.n_rot = int(file.get_uint(p + "rope.dimension_count").value_or(uint64_t(c.head_dim)));
   if (c.n_rot <= 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0) {
@@ -91,9 +95,107 @@ void read_sliding_pattern(const gguf::GgufFile& file, ModelConfig& c, uint64_t d
   }
 }
 
+// A per-layer bool array `key`, if the file has one (e.g. `<arch>.attention.rope_pattern`).
+bool read_layer_flags(const gguf::GgufFile& file, const std::string& key, int64_t n_layer, std::vector<bool>& out) {
+  const gguf::Value* v = file.find(key);
+  if (v == nullptr) return false;
+  const gguf::Array* flags = v->as_array();
+  if (flags == nullptr || int64_t(flags->items.size()) != n_layer) {
+    fail("{}: {} must be an array of {} bools (one per layer)", file.name(), key, n_layer);
+  }
+  out.assign(size_t(n_layer), false);
+  for (size_t i = 0; i < flags->items.size(); ++i) {
+    const auto flag = flags->items[i].as_bool();
+    if (!flag) fail("{}: {} must hold bools", file.name(), key);
+    out[i] = *flag;
+  }
+  return true;
+}
+
+float optional_float(const gguf::GgufFile& file, const std::string& key, float fallback) {
+  return float(file.get_float(key).value_or(fallback));
+}
+
+// Architectures whose attention and MLP follow Llama's layout except for the listed features.
+bool apply_dense_variant(const gguf::GgufFile& file, ModelConfig& c) {
+  const std::string& a = c.architecture;
+  if (a == "gemma2") {
+    // Gemma norms store 1 + w (llama.cpp's converter adds the 1); post-norms; GeLU-tanh; attention
+    // logits soft-capped; every other layer (the even ones) local.
+    c.post_norms = true;
+    c.rope_neox = true;
+    c.activation = Activation::GeluTanh;
+    c.embedding_scale = std::sqrt(float(c.n_embd));
+    c.attn_logit_softcap = optional_float(file, a + ".attn_logit_softcapping", 0.0f);
+    // query_pre_attn_scalar is not in the file: the head size, except Gemma 2 27B (46 layers), as
+    // llama.cpp reads it.
+    c.attention_scale = 1.0f / std::sqrt(float(c.n_layer == 46 ? c.n_embd / c.n_head : c.head_dim));
+    if (c.sliding_window > 0) read_sliding_pattern(file, c, 2);
+    return true;
+  }
+  if (a == "phi3") {
+    // Fused attn_qkv and gate+up (ffn_up of 2 * n_ff rows) tensors: split into views at load.
+    c.rope_neox = true;
+    return true;
+  }
+  if (a == "granite") {
+    c.embedding_scale = optional_float(file, a + ".embedding_scale", 1.0f);
+    c.residual_scale = optional_float(file, a + ".residual_scale", 1.0f);
+    c.attention_scale = optional_float(file, a + ".attention.scale", 0.0f);
+    const float logit_divisor = optional_float(file, a + ".logit_scale", 1.0f);
+    if (!(logit_divisor > 0.0f)) fail("{}: {}.logit_scale {} must be positive", file.name(), a, logit_divisor);
+    c.logit_scale = 1.0f / logit_divisor;
+    return true;
+  }
+  if (a == "olmo2") {
+    c.rope_neox = true;
+    c.input_norms = false;
+    c.post_norms = true;
+    c.qk_norm = QkNorm::Full;
+    if (c.sliding_window > 0) read_sliding_pattern(file, c, 4);
+    return true;
+  }
+  if (a == "smollm3") {
+    // Every fourth layer has no RoPE (NoPE), unless the file lists the layers.
+    if (!read_layer_flags(file, a + ".attention.rope_pattern", c.n_layer, c.layer_rope)) {
+      c.layer_rope.assign(size_t(c.n_layer), true);
+      for (int64_t il = 0; il < c.n_layer; ++il) c.layer_rope[size_t(il)] = (il + 1) % 4 != 0;
+    }
+    return true;
+  }
+  if (a == "command-r") {
+    // Cohere: one LayerNorm (no bias) feeds attention and MLP in parallel; interleaved RoPE.
+    c.norm = NormKind::Layer;
+    c.parallel_block = true;
+    c.logit_scale = optional_float(file, a + ".logit_scale", 1.0f);
+    if (file.find_tensor("blk.0.attn_q_norm.weight") != nullptr) c.qk_norm = QkNorm::PerHeadEach;
+    return true;
+  }
+  if (a == "stablelm") {
+    // LayerNorm with bias, partial NeoX RoPE; StableLM 2 12B: per-head q/k LayerNorms and a
+    // parallel block (no ffn_norm).
+    c.norm = NormKind::Layer;
+    c.rope_neox = true;
+    if (file.find_tensor("blk.0.attn_q_norm.weight") != nullptr) c.qk_norm = QkNorm::PerHeadEach;
+    c.parallel_block = file.find_tensor("blk.0.ffn_norm.weight") == nullptr;
+    return true;
+  }
+  if (a == "starcoder2") {
+    // LayerNorm with bias, biases on every linear layer, a plain GELU MLP (no gate).
+    c.norm = NormKind::Layer;
+    c.rope_neox = true;
+    c.gated_ffn = false;
+    c.activation = Activation::GeluTanh;
+    if (c.sliding_window > 0) read_sliding_pattern(file, c, 0);
+    return true;
+  }
+  return false;
+}
+
 // Each supported architecture: what differs from Llama. The forward pass is shared.
 void apply_architecture(const gguf::GgufFile& file, ModelConfig& c) {
   const std::string& a = c.architecture;
+  if (apply_dense_variant(file, c)) return;
   if (a == "llama" || a == "mistral") {
     // Mistral: an optional sliding window, on every layer unless a pattern says otherwise.
     if (c.sliding_window > 0) read_sliding_pattern(file, c, 0);
@@ -105,12 +207,12 @@ void apply_architecture(const gguf::GgufFile& file, ModelConfig& c) {
     return;
   }
   if (a == "qwen3") {
-    c.qk_norm = true;
+    c.qk_norm = QkNorm::PerHead;
     c.rope_neox = true;
     return;
   }
   if (a == "gemma3") {
-    c.qk_norm = true;
+    c.qk_norm = QkNorm::PerHead;
     c.post_norms = true;
     c.rope_neox = true;
     c.activation = Activation::GeluTanh;
@@ -132,7 +234,9 @@ void apply_architecture(const gguf::GgufFile& file, ModelConfig& c) {
 }  // namespace
 
 const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> kNames = {"llama", "mistral", "qwen2", "qwen3", "gemma3"};
+  static const std::vector<std::string> kNames = {"llama",   "mistral",   "qwen2",  "qwen3",    "gemma3",    "gemma2",
+                                                     "phi3",    "granite",   "olmo2",  "smollm3",  "command-r", "stablelm",
+                                                     "starcoder2"};
   return kNames;
 }
 

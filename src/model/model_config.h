@@ -14,6 +14,14 @@ namespace kestrel {
 
 enum class Activation { Silu, GeluTanh };
 
+// Rms: x / rms(x) * w. Layer: (x - mean(x)) / sqrt(var(x) + eps) * w (+ b).
+enum class NormKind { Rms, Layer };
+
+// Normalization of the queries and keys before RoPE. PerHead: every head with one shared weight
+// [head_dim] (Qwen3, Gemma 3); PerHeadEach: each head its own weight [n_head][head_dim] (Cohere,
+// StableLM 2 12B); Full: the whole projection [n_head * head_dim] at once (OLMo 2).
+enum class QkNorm { None, PerHead, PerHeadEach, Full };
+
 struct ModelConfig {
   std::string architecture;  // general.architecture, e.g. "llama", "qwen3", "gemma3"
   std::string name;          // general.name, if any
@@ -31,13 +39,22 @@ struct ModelConfig {
   float rope_freq_scale = 1.0f;
   bool rope_neox = false;    // NeoX pairs (i, i + n_rot/2) instead of (2i, 2i + 1)
 
-  // Architecture features (all off for Llama).
+  // Architecture features (all off for Llama). Biases on any linear layer and on the norms are
+  // used wherever the file has them (StableLM, Starcoder2, Granite); qkv_bias makes q/k/v's required.
   bool qkv_bias = false;          // Qwen2: bias on the q/k/v projections
-  bool qk_norm = false;           // Qwen3, Gemma 3: RMSNorm over each head of q and k before RoPE
-  bool post_norms = false;        // Gemma 3: RMSNorm on the attention and MLP outputs before the residual add
+  NormKind norm = NormKind::Rms;  // every norm of the model (the q/k norms too)
+  QkNorm qk_norm = QkNorm::None;  // Qwen3, Gemma 3, OLMo 2, Cohere, StableLM 2 12B
+  bool input_norms = true;        // false (OLMo 2): attention and MLP read the residual stream as is
+  bool post_norms = false;        // Gemma 2/3, OLMo 2: norm on the attention and MLP outputs before the residual add
+  bool parallel_block = false;    // Cohere, StableLM 2 12B: x += attn(h) + mlp(h), one h = norm(x)
+  bool gated_ffn = true;          // false (Starcoder2): down(act(up(h)))
   Activation activation = Activation::Silu;  // gated MLP: act(gate) * up
-  float embedding_scale = 1.0f;   // Gemma: sqrt(n_embd)
+  float embedding_scale = 1.0f;   // Gemma: sqrt(n_embd); Granite: embedding_multiplier
   float attention_scale = 0.0f;   // 0: 1 / sqrt(head_dim)
+  float attn_logit_softcap = 0.0f;  // Gemma 2: scores = cap * tanh(scores / cap); 0: none
+  float residual_scale = 1.0f;    // Granite: attention and MLP outputs scaled before the residual add
+  float logit_scale = 1.0f;       // Granite (1 / logits_scaling), Cohere: final logits multiplied
+  std::vector<bool> layer_rope;   // [n_layer] false for layers without RoPE (SmolLM3); empty: all
   int sliding_window = 0;         // tokens seen by sliding-window layers; 0: none
   std::vector<bool> layer_sliding;  // [n_layer] true for sliding-window (local) layers
   float rope_freq_base_sliding = 0.0f;  // RoPE base of local layers (Gemma 3); 0: same as global
@@ -45,6 +62,7 @@ struct ModelConfig {
 
   int64_t q_width() const { return n_head * head_dim; }
   int64_t kv_width() const { return n_head_kv * head_dim; }
+  bool has_rope(int64_t layer) const { return layer_rope.empty() || layer_rope[size_t(layer)]; }
   bool is_sliding(int64_t layer) const {
     return !layer_sliding.empty() && layer_sliding[size_t(layer)] && sliding_window > 0;
   }

@@ -119,7 +119,7 @@ TEST_P(HfModel, ConfigHasTheArchitecturesFeatures) {
     EXPECT_EQ(c.sliding_window, 0) << "use_sliding_window is false";
   }
   if (name == "qwen3") {
-    EXPECT_TRUE(c.qk_norm);
+    EXPECT_EQ(c.qk_norm, QkNorm::PerHead);
     EXPECT_EQ(c.q_width(), 128);
     EXPECT_EQ(c.n_embd, 64);
   }

@@ -120,7 +120,15 @@ struct Job {
     const int count = to - from;
     const float* kr = k + (from - lo) * stride;
     const float* vr = v + (from - lo) * stride;
-    const float block_max = kernels.block_scores(qh, kr, stride, count, a.head_dim, a.scale, scores);
+    float block_max = kernels.block_scores(qh, kr, stride, count, a.head_dim, a.scale, scores);
+    if (a.softcap > 0.0f) {
+      // Gemma 2's soft-capped scores; each key's value depends on its own score only.
+      block_max = -INFINITY;
+      for (int i = 0; i < count; ++i) {
+        scores[i] = a.softcap * std::tanh(scores[i] / a.softcap);
+        block_max = std::max(block_max, scores[i]);
+      }
+    }
     const float new_max = std::max(s.max, block_max);
     const float correction = s.sum == 0.0f ? 1.0f : std::exp(s.max - new_max);
     const float sum = s.sum * correction + kernels.exp_shifted_sum(scores, new_max, count);

@@ -33,8 +33,8 @@ void CpuBackend::get_rows(const WeightView& table, const int32_t* ids, int64_t n
   }
 }
 
-void CpuBackend::row_norm(float* x, const float* y, const float* weight, int64_t n, int64_t width,
-                          float eps, float* out) {
+void CpuBackend::row_norm(float* x, const float* y, const float* weight, const float* bias, bool centered,
+                          int64_t n, int64_t width, float eps, float* out) {
   auto rows = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       float* row = x + i * width;
@@ -42,12 +42,22 @@ void CpuBackend::row_norm(float* x, const float* y, const float* weight, int64_t
         const float* add = y + i * width;
         for (int64_t j = 0; j < width; ++j) row[j] += add[j];
       }
-      // Sum of squares in double, as llama.cpp's ggml_rms_norm does: width is in the thousands.
+      // Sums in double, as llama.cpp's ggml_rms_norm does: width is in the thousands.
+      double mean = 0.0;
+      if (centered) {
+        for (int64_t j = 0; j < width; ++j) mean += double(row[j]);
+        mean /= double(width);
+      }
       double sum_squares = 0.0;
-      for (int64_t j = 0; j < width; ++j) sum_squares += double(row[j]) * double(row[j]);
+      for (int64_t j = 0; j < width; ++j) sum_squares += (double(row[j]) - mean) * (double(row[j]) - mean);
       const float scale = float(1.0 / std::sqrt(sum_squares / double(width) + double(eps)));
       float* dst = out + i * width;
-      for (int64_t j = 0; j < width; ++j) dst[j] = row[j] * scale * weight[j];
+      if (centered) {
+        const float m = float(mean);
+        for (int64_t j = 0; j < width; ++j) dst[j] = (row[j] - m) * scale * weight[j] + (bias ? bias[j] : 0.0f);
+      } else {
+        for (int64_t j = 0; j < width; ++j) dst[j] = row[j] * scale * weight[j];
+      }
     }
   };
   // Prefill-sized batches split rows across threads; a decode step's few rows are not worth a wake-up.
@@ -61,12 +71,22 @@ void CpuBackend::row_norm(float* x, const float* y, const float* weight, int64_t
 void CpuBackend::rms_norm(const float* x, const float* weight, int64_t n, int64_t width, float eps,
                           float* out) {
   // In place (x == out) or not: row_norm reads a row fully before writing its output.
-  row_norm(const_cast<float*>(x), nullptr, weight, n, width, eps, out);
+  row_norm(const_cast<float*>(x), nullptr, weight, nullptr, false, n, width, eps, out);
 }
 
 void CpuBackend::add_rms_norm(float* x, const float* y, const float* weight, int64_t n, int64_t width,
                               float eps, float* out) {
-  row_norm(x, y, weight, n, width, eps, out);
+  row_norm(x, y, weight, nullptr, false, n, width, eps, out);
+}
+
+void CpuBackend::layer_norm(const float* x, const float* weight, const float* bias, int64_t n, int64_t width,
+                            float eps, float* out) {
+  row_norm(const_cast<float*>(x), nullptr, weight, bias, true, n, width, eps, out);
+}
+
+void CpuBackend::add_layer_norm(float* x, const float* y, const float* weight, const float* bias, int64_t n,
+                                int64_t width, float eps, float* out) {
+  row_norm(x, y, weight, bias, true, n, width, eps, out);
 }
 
 void CpuBackend::rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim,

@@ -26,8 +26,13 @@ class CpuBackend final : public Backend {
                 float* out) override;
   void add_rms_norm(float* x, const float* y, const float* weight, int64_t n, int64_t width,
                     float eps, float* out) override;
+  void layer_norm(const float* x, const float* weight, const float* bias, int64_t n, int64_t width, float eps,
+                  float* out) override;
+  void add_layer_norm(float* x, const float* y, const float* weight, const float* bias, int64_t n,
+                      int64_t width, float eps, float* out) override;
   void rope(float* x, const int32_t* positions, int64_t n, int n_heads, int head_dim,
             const RopeParams& params) override;
+  void activate(GatedActivation act, float* x, int64_t count) override;
   void silu_mul(const float* gate, const float* up, int64_t count, float* out) override;
   void gelu_mul(const float* gate, const float* up, int64_t count, float* out) override;
   void add(float* x, const float* y, int64_t count) override;
@@ -75,8 +80,10 @@ class CpuBackend final : public Backend {
   // another process delays (the machines this runs on are shared) leaves its chunks to the others
   // instead of holding up the whole call. Results do not depend on who runs a chunk (kernels.h).
   static int64_t chunk_rows(int64_t rows, int64_t n, int threads);
-  void row_norm(float* x, const float* y, const float* weight, int64_t n, int64_t width, float eps,
-                float* out);
+  // x += y (y may be null), then out = the norm of each row: RMSNorm, or LayerNorm (`centered`)
+  // with an optional bias.
+  void row_norm(float* x, const float* y, const float* weight, const float* bias, bool centered, int64_t n,
+                int64_t width, float eps, float* out);
 
   ThreadPool pool_;
   const cpu::KernelTable* kernels_;  // chosen at construction (CPUID, KESTREL_ISA)

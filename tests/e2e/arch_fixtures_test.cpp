@@ -1,0 +1,290 @@
+// GGUF files of the architectures beyond the Hugging Face folder fixtures, against transformers:
+// each tiny random-weight model in tests/data/arch/ (scripts/gen_arch_fixtures.py) was built with
+// transformers and converted by llama.cpp's own convert_hf_to_gguf.py, so the tensor names and
+// metadata are llama.cpp's. For each:
+// - the logits of the batch runner (all prompts in one batch) equal transformers' float32 logits;
+// - greedy generation through LLMEngine gives transformers' 16 tokens (64 more for the
+//   sliding-window models, far past their window of 8);
+// - the tokenizer read from the GGUF encodes as transformers' tokenizer does.
+//
+// Tolerances are hf_models_test.cpp's (1e-4 * max|logit| + 1e-4; both sides compute in float32
+// in different orders, about 1e-6 of max|logit| apart), far below what a wrong norm kind, a
+// missing bias, a wrong RoPE pairing or a wrong scale does (O(max|logit|)). The fixtures keep every
+// greedy step's top-1/top-2 gap >= 2e-4 of max|logit|, so greedy tokens are compared exactly.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/calibration_pass.h"
+#include "engine/engine.h"
+#include "loader/gguf_writer.h"
+#include "model/model.h"
+#include "runner/model_runner.h"
+#include "test_generate.h"
+#include "test_paths.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kestrel {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr double kRelativeTolerance = 1e-4;
+constexpr double kAbsoluteTolerance = 1e-4;
+
+std::string fixture_gguf(const std::string& name) { return test::test_data_path("arch/" + name + "/model.gguf"); }
+
+const json& reference(const std::string& name) {
+  static std::map<std::string, json> cache;
+  auto it = cache.find(name);
+  if (it == cache.end()) {
+    it = cache.emplace(name, json::parse(test::read_file(test::test_data_path("arch/" + name + "/reference.json"))))
+             .first;
+  }
+  return it->second;
+}
+
+std::vector<TokenId> ids_of(const json& array) { return array.get<std::vector<TokenId>>(); }
+
+class ArchModel : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { model_ = Model::load(fixture_gguf(GetParam())); }
+  const json& ref() const { return reference(GetParam()); }
+  std::unique_ptr<Model> model_;
+};
+
+// What each file must switch on (model_config.h), read from llama.cpp's metadata and tensors.
+TEST_P(ArchModel, ConfigHasTheArchitecturesFeatures) {
+  const ModelConfig& c = model_->config();
+  const ModelWeights& w = model_->weights();
+  const std::string& name = GetParam();
+  EXPECT_EQ(c.n_vocab, ref()["vocab_size"].get<int64_t>());
+  EXPECT_EQ(c.sliding_window, ref()["sliding_window"].get<int>());
+  const LayerWeights& l0 = w.layers[0];
+  if (name == "gemma2") {
+    EXPECT_EQ(c.architecture, "gemma2");
+    EXPECT_GT(c.attn_logit_softcap, 0.0f);
+    EXPECT_GT(c.final_logit_softcap, 0.0f);
+    EXPECT_TRUE(c.post_norms);
+    const std::vector<bool> expected = {true, false, true, false};  // even layers local
+    for (int64_t il = 0; il < c.n_layer; ++il) EXPECT_EQ(c.is_sliding(il), expected[size_t(il)]) << il;
+  }
+  if (name == "phi3") {
+    ASSERT_NE(model_->file().find_tensor("blk.0.attn_qkv.weight"), nullptr) << "fused q/k/v";
+    EXPECT_EQ(model_->file().find_tensor("blk.0.ffn_gate.weight"), nullptr) << "fused gate+up";
+    // The three views are consecutive row ranges of the one fused tensor.
+    EXPECT_EQ(static_cast<const uint8_t*>(l0.wk.data) - static_cast<const uint8_t*>(l0.wq.data),
+              c.q_width() * c.n_embd * int64_t(sizeof(float)));
+    EXPECT_EQ(l0.w_up.rows, c.n_ff);
+  }
+  if (name == "granite") {
+    EXPECT_FLOAT_EQ(c.embedding_scale, 12.0f);
+    EXPECT_FLOAT_EQ(c.residual_scale, 0.22f);
+    EXPECT_FLOAT_EQ(c.attention_scale, 0.125f);
+    EXPECT_FLOAT_EQ(c.logit_scale, 1.0f / 8.0f);
+  }
+  if (name == "olmo2") {
+    EXPECT_FALSE(c.input_norms);
+    EXPECT_EQ(l0.attn_norm, nullptr);
+    EXPECT_EQ(c.qk_norm, QkNorm::Full);
+    EXPECT_TRUE(c.post_norms);
+  }
+  if (name == "smollm3") {
+    for (int64_t il = 0; il < c.n_layer; ++il) EXPECT_EQ(c.has_rope(il), (il + 1) % 4 != 0) << il;
+  }
+  if (name == "starcoder2") {
+    EXPECT_FALSE(c.gated_ffn);
+    EXPECT_EQ(c.norm, NormKind::Layer);
+    EXPECT_NE(l0.bo, nullptr);
+    EXPECT_NE(l0.b_up, nullptr);
+    EXPECT_NE(l0.b_down, nullptr);
+    EXPECT_NE(w.output_norm_b, nullptr);
+  }
+  if (name == "stablelm" || name == "stablelm_parallel") {
+    EXPECT_EQ(c.norm, NormKind::Layer);
+    EXPECT_LT(c.n_rot, c.head_dim) << "partial rotary";
+    EXPECT_NE(l0.bq, nullptr);
+    EXPECT_EQ(c.parallel_block, name == "stablelm_parallel");
+  }
+  if (name == "cohere" || name == "cohere_qknorm") {
+    EXPECT_EQ(c.norm, NormKind::Layer);
+    EXPECT_TRUE(c.parallel_block);
+    EXPECT_FALSE(c.rope_neox);
+    EXPECT_FLOAT_EQ(c.logit_scale, 0.25f);
+    EXPECT_EQ(c.qk_norm, name == "cohere" ? QkNorm::None : QkNorm::PerHeadEach);
+  }
+}
+
+// All prompts in one batch (separate block tables), logits of the positions transformers recorded.
+TEST_P(ArchModel, BatchLogitsMatchTransformers) {
+  const json& prompts = ref()["prompts"];
+  const int block_size = 16;
+  const KvLayout layout = model_->kv_layout();
+  std::vector<std::vector<TokenId>> tokens;
+  int64_t blocks_per_seq = 0;
+  for (const json& p : prompts) {
+    tokens.push_back(ids_of(p["ids"]));
+    blocks_per_seq = std::max<int64_t>(blocks_per_seq, (int64_t(tokens.back().size()) + block_size - 1) / block_size);
+  }
+  RunnerConfig rc;
+  rc.num_threads = 2;
+  rc.kv = model_->kv_spec(DType::F32, DType::F32, block_size);
+  rc.group_blocks.assign(layout.group_windows.size(), blocks_per_seq * int64_t(prompts.size()));
+  ModelRunner runner(*model_, rc);
+
+  std::vector<std::vector<BlockId>> tables(prompts.size());
+  std::vector<SequenceChunk> chunks;
+  size_t expected_rows = 0;
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    for (int64_t b = 0; b < blocks_per_seq; ++b) tables[s].push_back(BlockId(int64_t(s) * blocks_per_seq + b));
+    SequenceChunk chunk;
+    chunk.tokens = tokens[s];
+    chunk.start_position = 0;
+    chunk.block_tables.assign(layout.group_windows.size(), std::span<const BlockId>(tables[s]));
+    chunk.logits_from = prompts[s]["logits_from"].get<int64_t>();
+    expected_rows += tokens[s].size() - size_t(chunk.logits_from);
+    chunks.push_back(chunk);
+  }
+  const std::span<const float> logits = runner.execute(chunks);
+  const size_t n_vocab = size_t(model_->config().n_vocab);
+  ASSERT_EQ(logits.size(), expected_rows * n_vocab);
+
+  size_t row = 0;
+  double worst_ratio = 0.0;
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    const std::vector<float> expected = prompts[s]["logits"].get<std::vector<float>>();
+    const double max_logit = prompts[s]["max_abs_logit"].get<double>();
+    const double tolerance = kRelativeTolerance * max_logit + kAbsoluteTolerance;
+    const size_t rows = tokens[s].size() - prompts[s]["logits_from"].get<size_t>();
+    ASSERT_EQ(expected.size(), rows * n_vocab) << "prompt " << s;
+    double max_error = 0.0;
+    size_t worst = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const double error = std::fabs(double(logits[row * n_vocab + i]) - double(expected[i]));
+      if (error > max_error) max_error = error, worst = i;
+    }
+    EXPECT_LE(max_error, tolerance) << "prompt " << s << " (" << tokens[s].size() << " tokens): position "
+                                    << prompts[s]["logits_from"].get<size_t>() + worst / n_vocab << ", token "
+                                    << worst % n_vocab << ": kestrel " << logits[row * n_vocab + worst]
+                                    << ", transformers " << expected[worst];
+    worst_ratio = std::max(worst_ratio, max_error / max_logit);
+    row += rows;
+  }
+  std::printf("[ %s ] max |logit error| = %.3g of max|logit|\n", GetParam().c_str(), worst_ratio);
+}
+
+std::vector<std::vector<TokenId>> generate(const Model& model, const std::vector<std::vector<TokenId>>& prompts,
+                                           int max_tokens) {
+  EngineConfig config;
+  config.num_threads = 2;
+  config.max_model_len = 256;
+  config.kv_type_k = config.kv_type_v = DType::F32;
+  return test::generate_greedy(model, {}, config, prompts, std::vector<int>(prompts.size(), max_tokens)).outputs;
+}
+
+TEST_P(ArchModel, GreedyTokensMatchTransformers) {
+  std::vector<std::vector<TokenId>> prompts;
+  for (const json& p : ref()["prompts"]) prompts.push_back(ids_of(p["ids"]));
+  const bool sliding = ref()["sliding_window"].get<int>() > 0;
+  const auto outputs = generate(*model_, prompts, sliding ? 64 : 16);
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    const std::vector<TokenId> expected = ids_of(ref()["prompts"][s][sliding ? "greedy_long" : "greedy"]);
+    EXPECT_EQ(outputs[s], expected) << "prompt " << s;
+  }
+}
+
+TEST_P(ArchModel, TokenizerMatchesTransformers) {
+  const auto tokenizer = Tokenizer::from_gguf(model_->file());
+  for (const json& t : ref()["tokenizer"]) {
+    const std::string text = t["text"].get<std::string>();
+    EXPECT_EQ(tokenizer->encode(text, true, true), ids_of(t["with_special"])) << "'" << text << "' with special";
+    EXPECT_EQ(tokenizer->encode(text, false, true), ids_of(t["without_special"])) << "'" << text << "'";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ArchModel,
+                         testing::Values("gemma2", "phi3", "granite", "olmo2", "smollm3", "starcoder2", "stablelm",
+                                         "stablelm_parallel", "cohere", "cohere_qknorm"),
+                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// OLMo 2 normalizes q and k over all heads at once: a tensor-parallel split is refused by name.
+TEST(ArchModelSplit, FullWidthQkNormRefusesTensorParallel) {
+  ShardRequest split;
+  split.tp_size = 2;
+  split.tp_rank = 0;
+  try {
+    Model::load(fixture_gguf("olmo2"), split);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("olmo2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--tp"), std::string::npos) << e.what();
+  }
+}
+
+// A Phi-3 file with LongRoPE factors (Phi-3 128k, Phi-3.5, Phi-4-mini) is refused by name, not run
+// with the factors ignored.
+TEST(ArchModelErrors, LongRopeFactorsAreRefusedNotIgnored) {
+  const auto source = gguf::GgufFile::open(fixture_gguf("phi3"));
+  gguf::GgufWriter writer;
+  for (const gguf::KeyValue& kv : source->metadata()) writer.set(kv.key, kv.value);
+  for (const auto& t : source->tensors()) {
+    writer.add_tensor_view(t.name, t.type, t.dims, std::span<const uint8_t>(t.data, t.num_bytes));
+  }
+  const int64_t half = Model::load(fixture_gguf("phi3"))->config().n_rot / 2;  // one factor per rotated pair
+  std::vector<uint8_t> ones(size_t(half) * sizeof(float));
+  for (int64_t i = 0; i < half; ++i) reinterpret_cast<float*>(ones.data())[i] = 1.0f;
+  writer.add_tensor("rope_factors_long.weight", DType::F32, {half}, ones);
+  const std::string path = test::scratch_dir("arch_longrope") + "/phi3_longrope.gguf";
+  writer.write(path);
+  try {
+    Model::load(path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("LongRoPE"), std::string::npos) << e.what();
+  }
+}
+
+// The calibrated quantizers rewrite tensors by name and fold scales into RMSNorms: a model whose
+// layers they cannot rewrite is refused by name before any work (llama.cpp-layout Llama-like
+// fixtures pass).
+TEST(ArchModelCalibration, UnsupportedLayoutsAreRefusedByName) {
+  const auto limit = [](const std::string& name, bool names_only) {
+    return calibration_limit(*Model::load(fixture_gguf(name)), names_only);
+  };
+  EXPECT_EQ(limit("granite", false), "");
+  EXPECT_EQ(limit("smollm3", false), "");
+  EXPECT_EQ(limit("phi3", true), "fused attn_qkv tensors");
+  EXPECT_EQ(limit("olmo2", false), "blocks without input norms");
+  EXPECT_EQ(limit("olmo2", true), "");  // an importance matrix only needs the names
+  EXPECT_EQ(limit("cohere", false), "LayerNorm");
+  EXPECT_EQ(limit("starcoder2", false), "LayerNorm");
+
+  struct Ignore : ActivationObserver {
+    void observe(int64_t, LinearKind, const float*, int64_t, int64_t) override { ADD_FAILURE() << "ran"; }
+  } observer;
+  const auto model = Model::load(fixture_gguf("starcoder2"));
+  CalibrationPass pass;
+  pass.n_ctx = 4;
+  pass.n_chunks = 1;
+  const std::vector<int32_t> tokens = {1, 2, 3, 4};
+  try {
+    run_calibration_pass(*model, tokens, pass, observer, "AWQ");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("AWQ calibration does not support architecture 'starcoder2'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -115,15 +115,14 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
 import torch
 import transformers
 import tokenizers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_hf_fixtures import (GREEDY_TOKENS, LOGIT_POSITIONS, LONG_GREEDY_TOKENS, MIN_MARGIN_RATIO,  # noqa: E402
-                             PROMPT_TEXTS, TOKENIZER_STRINGS, floats, greedy, read_corpus, save_tokenizer)
+from gen_hf_fixtures import (MIN_MARGIN_RATIO, TOKENIZER_STRINGS, read_corpus, reference_runs,  # noqa: E402
+                             save_tokenizer)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_LLAMA_CPP = "/tmp/llama_cpp_python-0.3.36/vendor/llama.cpp"
@@ -361,32 +360,7 @@ def build_once(spec, seed, out_root, llama_cpp, work):
     k = spec.get("top_k", 0)
     watch = RouterWatch(model, k) if k else None
 
-    rng = np.random.default_rng(seed)
-    prompts = [hf_tok.encode(t, add_special_tokens=True) for t in PROMPT_TEXTS]
-    prompts.append([int(x) for x in rng.integers(0, len(hf_tok), size=40)])
-    ref = {
-        "architecture": config.architectures[0],
-        "transformers": transformers.__version__,
-        "torch": torch.__version__,
-        "tokenizers": tokenizers.__version__,
-        "vocab_size": vocab_size,
-        "sliding_window": sliding,
-        "prompts": [],
-        "tokenizer": [],
-    }
-    min_margin = float("inf")
-    with torch.no_grad():
-        for prompt in prompts:
-            logits = model(torch.tensor([prompt])).logits[0]
-            first = 0 if len(prompt) < 8 else len(prompt) - LOGIT_POSITIONS
-            tokens, margin = greedy(model, prompt, GREEDY_TOKENS)
-            min_margin = min(min_margin, margin)
-            entry = {"ids": prompt, "logits_from": first, "logits": floats(logits[first:]),
-                     "max_abs_logit": float(logits.abs().max()), "greedy": tokens}
-            if sliding:
-                entry["greedy_long"], margin = greedy(model, prompt, LONG_GREEDY_TOKENS)
-                min_margin = min(min_margin, margin)
-            ref["prompts"].append(entry)
+    ref, min_margin = reference_runs(model, hf_tok, seed, sliding, config.architectures[0], vocab_size)
     max_logit = max(p["max_abs_logit"] for p in ref["prompts"])
     ratio = min_margin / max_logit
     if ratio < MIN_MARGIN_RATIO:

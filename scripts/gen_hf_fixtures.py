@@ -203,6 +203,39 @@ def floats(t):
     return [float(f"{x:.9g}") for x in t.reshape(-1).tolist()]
 
 
+def reference_runs(model, hf_tok, seed, sliding, architecture, vocab_size):
+    """transformers' logits of the last LOGIT_POSITIONS positions and greedy runs of PROMPT_TEXTS
+    plus 40 seeded random ids: reference.json up to its (empty) "tokenizer" list, and the smallest
+    greedy top-1/top-2 margin seen."""
+    rng = np.random.default_rng(seed)
+    prompts = [hf_tok.encode(t, add_special_tokens=True) for t in PROMPT_TEXTS]
+    prompts.append([int(x) for x in rng.integers(0, len(hf_tok), size=40)])
+    ref = {
+        "architecture": architecture,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "tokenizers": tokenizers.__version__,
+        "vocab_size": vocab_size,
+        "sliding_window": sliding,
+        "prompts": [],
+        "tokenizer": [],
+    }
+    min_margin = float("inf")
+    with torch.no_grad():
+        for prompt in prompts:
+            logits = model(torch.tensor([prompt])).logits[0]
+            first = 0 if len(prompt) < 8 else len(prompt) - LOGIT_POSITIONS
+            tokens, margin = greedy(model, prompt, GREEDY_TOKENS)
+            min_margin = min(min_margin, margin)
+            entry = {"ids": prompt, "logits_from": first, "logits": floats(logits[first:]),
+                     "max_abs_logit": float(logits.abs().max()), "greedy": tokens}
+            if sliding:
+                entry["greedy_long"], margin = greedy(model, prompt, LONG_GREEDY_TOKENS)
+                min_margin = min(min_margin, margin)
+            ref["prompts"].append(entry)
+    return ref, min_margin
+
+
 def build(name, out_root, model_cls, config, tok, tokenizer_config, seed, sliding, gemma=False,
           config_edit=None, special_text=""):
     """Writes the fixture, trying seeds seed, seed + 1000, ... until every greedy step's top-1/top-2
@@ -251,32 +284,8 @@ def build_once(name, out_root, model_cls, config, tok, tokenizer_config, seed, s
     vocab_size = model.config.vocab_size
     assert vocab_size >= len(hf_tok), (vocab_size, len(hf_tok))
 
-    rng = np.random.default_rng(seed)
-    prompts = [hf_tok.encode(t, add_special_tokens=True) for t in PROMPT_TEXTS]
-    prompts.append([int(x) for x in rng.integers(0, len(hf_tok), size=40)])
-    ref = {
-        "architecture": config.architectures[0] if config.architectures else model_cls.__name__,
-        "transformers": transformers.__version__,
-        "torch": torch.__version__,
-        "tokenizers": tokenizers.__version__,
-        "vocab_size": vocab_size,
-        "sliding_window": sliding,
-        "prompts": [],
-        "tokenizer": [],
-    }
-    min_margin = float("inf")
-    with torch.no_grad():
-        for prompt in prompts:
-            logits = model(torch.tensor([prompt])).logits[0]
-            first = 0 if len(prompt) < 8 else len(prompt) - LOGIT_POSITIONS
-            tokens, margin = greedy(model, prompt, GREEDY_TOKENS)
-            min_margin = min(min_margin, margin)
-            entry = {"ids": prompt, "logits_from": first, "logits": floats(logits[first:]),
-                     "max_abs_logit": float(logits.abs().max()), "greedy": tokens}
-            if sliding:
-                entry["greedy_long"], margin = greedy(model, prompt, LONG_GREEDY_TOKENS)
-                min_margin = min(min_margin, margin)
-            ref["prompts"].append(entry)
+    architecture = config.architectures[0] if config.architectures else model_cls.__name__
+    ref, min_margin = reference_runs(model, hf_tok, seed, sliding, architecture, vocab_size)
     max_logit = max(p["max_abs_logit"] for p in ref["prompts"])
     ref["seed"] = seed
     ref["min_greedy_margin"] = min_margin

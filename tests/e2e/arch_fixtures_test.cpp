@@ -30,6 +30,7 @@
 #include "model/model.h"
 #include "runner/model_runner.h"
 #include "test_generate.h"
+#include "reference_logits.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 
@@ -37,9 +38,6 @@ namespace kestrel {
 namespace {
 
 using json = nlohmann::json;
-
-constexpr double kRelativeTolerance = 1e-4;
-constexpr double kAbsoluteTolerance = 1e-4;
 
 std::string fixture_gguf(const std::string& name) { return test::test_data_path("arch/" + name + "/model.gguf"); }
 
@@ -125,62 +123,7 @@ TEST_P(ArchModel, ConfigHasTheArchitecturesFeatures) {
 }
 
 // All prompts in one batch (separate block tables), logits of the positions transformers recorded.
-TEST_P(ArchModel, BatchLogitsMatchTransformers) {
-  const json& prompts = ref()["prompts"];
-  const int block_size = 16;
-  const KvLayout layout = model_->kv_layout();
-  std::vector<std::vector<TokenId>> tokens;
-  int64_t blocks_per_seq = 0;
-  for (const json& p : prompts) {
-    tokens.push_back(ids_of(p["ids"]));
-    blocks_per_seq = std::max<int64_t>(blocks_per_seq, (int64_t(tokens.back().size()) + block_size - 1) / block_size);
-  }
-  RunnerConfig rc;
-  rc.num_threads = 2;
-  rc.kv = model_->kv_spec(DType::F32, DType::F32, block_size);
-  rc.group_blocks.assign(layout.group_windows.size(), blocks_per_seq * int64_t(prompts.size()));
-  ModelRunner runner(*model_, rc);
-
-  std::vector<std::vector<BlockId>> tables(prompts.size());
-  std::vector<SequenceChunk> chunks;
-  size_t expected_rows = 0;
-  for (size_t s = 0; s < prompts.size(); ++s) {
-    for (int64_t b = 0; b < blocks_per_seq; ++b) tables[s].push_back(BlockId(int64_t(s) * blocks_per_seq + b));
-    SequenceChunk chunk;
-    chunk.tokens = tokens[s];
-    chunk.start_position = 0;
-    chunk.block_tables.assign(layout.group_windows.size(), std::span<const BlockId>(tables[s]));
-    chunk.logits_from = prompts[s]["logits_from"].get<int64_t>();
-    expected_rows += tokens[s].size() - size_t(chunk.logits_from);
-    chunks.push_back(chunk);
-  }
-  const std::span<const float> logits = runner.execute(chunks);
-  const size_t n_vocab = size_t(model_->config().n_vocab);
-  ASSERT_EQ(logits.size(), expected_rows * n_vocab);
-
-  size_t row = 0;
-  double worst_ratio = 0.0;
-  for (size_t s = 0; s < prompts.size(); ++s) {
-    const std::vector<float> expected = prompts[s]["logits"].get<std::vector<float>>();
-    const double max_logit = prompts[s]["max_abs_logit"].get<double>();
-    const double tolerance = kRelativeTolerance * max_logit + kAbsoluteTolerance;
-    const size_t rows = tokens[s].size() - prompts[s]["logits_from"].get<size_t>();
-    ASSERT_EQ(expected.size(), rows * n_vocab) << "prompt " << s;
-    double max_error = 0.0;
-    size_t worst = 0;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      const double error = std::fabs(double(logits[row * n_vocab + i]) - double(expected[i]));
-      if (error > max_error) max_error = error, worst = i;
-    }
-    EXPECT_LE(max_error, tolerance) << "prompt " << s << " (" << tokens[s].size() << " tokens): position "
-                                    << prompts[s]["logits_from"].get<size_t>() + worst / n_vocab << ", token "
-                                    << worst % n_vocab << ": kestrel " << logits[row * n_vocab + worst]
-                                    << ", transformers " << expected[worst];
-    worst_ratio = std::max(worst_ratio, max_error / max_logit);
-    row += rows;
-  }
-  std::printf("[ %s ] max |logit error| = %.3g of max|logit|\n", GetParam().c_str(), worst_ratio);
-}
+TEST_P(ArchModel, BatchLogitsMatchTransformers) { test::expect_batch_logits_match(*model_, ref(), GetParam()); }
 
 std::vector<std::vector<TokenId>> generate(const Model& model, const std::vector<std::vector<TokenId>>& prompts,
                                            int max_tokens) {

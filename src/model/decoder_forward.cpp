@@ -4,7 +4,7 @@
 //   to the paged cache in its types; paged attention (windowed on sliding layers, rolling window
 //   with sinks when streaming, [soft-capped scores]); o = attn W_o (+ b); [Norm(o)]; [o *= r]; x += o
 //   h = Norm(x) (or, parallel block, the attention's h); m = W_down (act(h W_gate) * h W_up)
-//   (+ b) or W_down act(h W_up); [Norm(m)]; [m *= r]; x += m
+//   (+ b) or W_down act(h W_up), or the MoE block (moe_ffn.h); [Norm(m)]; [m *= r]; x += m
 // then the final norm and the output head (scaled, soft-capped) only for the rows that need
 // logits. Norm is RMSNorm or LayerNorm; bracketed steps, biases and the activation follow the
 // config's feature flags (model_config.h): architectures differ in configuration, never in a copy
@@ -195,13 +195,11 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
     }
   };
   // The MLP of layer l over s.normed into s.proj: down(act(gate h) * up h), or down(act(up h)).
-  auto mlp = [&](int64_t il, const LayerWeights& l) {
+  auto dense_mlp = [&](int64_t il, const LayerWeights& l, GatedActivation act) {
     if (observer) {
       if (c.gated_ffn) observer->observe(il, LinearKind::FfnGate, s.normed.data(), T, c.n_embd);
       observer->observe(il, LinearKind::FfnUp, s.normed.data(), T, c.n_embd);
     }
-    const GatedActivation act =
-        c.activation == Activation::GeluTanh ? GatedActivation::GeluTanh : GatedActivation::Silu;
     if (!c.gated_ffn) {
       backend.matmul(l.w_up, s.normed.data(), T, s.gate.data());
       if (l.b_up) backend.add_row(s.gate.data(), l.b_up, T, n_ff);
@@ -225,6 +223,21 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
     if (observer) observer->observe(il, LinearKind::FfnDown, s.gate.data(), T, c.n_ff);
     row_parallel(l.w_down, s.gate.data(), ff_widths, s.proj.data());
     if (l.b_down) backend.add_row(s.proj.data(), l.b_down, T, c.n_embd);
+  };
+  // The layer's MLP or MoE block over s.normed into s.proj, with its post-norm and residual scale.
+  auto mlp = [&](int64_t il, const LayerWeights& l) {
+    const GatedActivation act =
+        c.activation == Activation::GeluTanh ? GatedActivation::GeluTanh : GatedActivation::Silu;
+    if (l.moe.has_experts()) {
+      // Mixture of Experts (moe_ffn.h) instead of the dense MLP; the loader refuses --tp for MoE.
+      if (observer) {
+        fail("{}: calibration (imatrix, GPTQ, AWQ) does not support Mixture-of-Experts layers yet (layer {})",
+             file_->name(), il);
+      }
+      moe_ffn(backend, c.moe, l.moe, act, s.normed.data(), T, s.moe, s.proj.data());
+    } else {
+      dense_mlp(il, l, act);
+    }
     if (c.post_norms) norm(s.proj.data(), l.post_ffn_norm, nullptr, T, c.n_embd, s.proj.data());
     if (c.residual_scale != 1.0f) backend.scale(s.proj.data(), c.residual_scale, T * c.n_embd);
   };

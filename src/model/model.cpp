@@ -28,6 +28,11 @@ void prefault_weights(const ModelWeights& w) {
   if (!w.tied_output) add(w.output);
   for (const LayerWeights& l : w.layers) {
     for (const WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*v);
+    const MoeLayerWeights& m = l.moe;
+    for (const WeightView* v : {&m.router, &m.gate_stack, &m.up_stack, &m.down_stack, &m.shared_gate,
+                                &m.shared_up, &m.shared_down}) {
+      add(*v);
+    }
   }
   uint64_t total = 0;
   for (const auto& r : ranges) total += r.second;
@@ -81,6 +86,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& 
   if (request.tp_size > 1 && model->config_.qk_norm == QkNorm::Full) {
     fail("{}: architecture '{}' normalizes q and k across all heads at once, which --tp cannot split yet",
          model->file_->name(), model->config_.architecture);
+  }
+  if (request.tp_size > 1 && model->config_.moe.enabled()) {
+    fail("{}: tensor parallelism (--tp) does not support the Mixture-of-Experts architecture '{}' yet "
+         "(pipeline parallelism, --pp, does)", path, model->config_.architecture);
   }
   // The FFN split's unit: whole blocks of ffn_down's format (the same type in every layer of the
   // files llama.cpp writes; a mixed file uses the largest block).
@@ -257,23 +266,27 @@ void Model::load_layer(int64_t il) {
       break;
   }
   const WeightView wo = matrix_tensor(p + "attn_output.weight", c.n_embd, qw);
-  const WeightView down = matrix_tensor(p + "ffn_down.weight", c.n_embd, c.n_ff);
-  if (shard_.tp_deterministic) {
-    // Output rows over gathered inputs: whole rows, in place.
-    l.wo = rows_of(wo, me.embd_begin, me.embd_end);
-    l.w_down = rows_of(down, me.embd_begin, me.embd_end);
-  } else {
-    // Row-parallel (Megatron): this rank's input columns, partial sums all-reduced.
-    l.wo = columns_of(wo, q0, q1);
-    l.w_down = columns_of(down, me.ff_begin, me.ff_end);
-  }
-  // Row-parallel outputs' biases are added once to the full sums.
+  // Output rows over gathered inputs (whole rows, in place), or row-parallel (Megatron): this
+  // rank's input columns, partial sums all-reduced. Row-parallel outputs' biases are added once to
+  // the full sums.
+  l.wo = shard_.tp_deterministic ? rows_of(wo, me.embd_begin, me.embd_end) : columns_of(wo, q0, q1);
   l.bo = optional_vector(p + "attn_output.bias", c.n_embd);
-  l.b_down = optional_vector(p + "ffn_down.bias", c.n_embd);
   if (c.input_norms && !c.parallel_block) {
     l.ffn_norm = vector_tensor(p + "ffn_norm.weight", c.n_embd);
     l.ffn_norm_b = optional_vector(p + "ffn_norm.bias", c.n_embd);
   }
+  if (c.post_norms) {
+    l.post_attn_norm = vector_tensor(p + "post_attention_norm.weight", c.n_embd);
+    l.post_ffn_norm = vector_tensor(p + "post_ffw_norm.weight", c.n_embd);
+  }
+  if (is_moe_layer(*file_, c, il)) {  // router and experts instead of the dense FFN (one rank: no split)
+    l.moe = load_moe_layer(*file_, c, il, owned_vectors_);
+    return;
+  }
+  const WeightView down = matrix_tensor(p + "ffn_down.weight", c.n_embd, c.n_ff);
+  l.w_down = shard_.tp_deterministic ? rows_of(down, me.embd_begin, me.embd_end)
+                                     : columns_of(down, me.ff_begin, me.ff_end);
+  l.b_down = optional_vector(p + "ffn_down.bias", c.n_embd);
   // The MLP's input half: gate and up, or one ffn_up of [2 n_ff] rows holding gate then up
   // (Phi-3), or up alone (a plain MLP).
   WeightView gate, up;
@@ -291,10 +304,6 @@ void Model::load_layer(int64_t il) {
   l.w_up = rows_of(up, me.ff_begin, me.ff_end);
   if (const float* b = optional_vector(p + "ffn_gate.bias", c.n_ff)) l.b_gate = b + me.ff_begin;
   if (const float* b = optional_vector(p + "ffn_up.bias", c.n_ff)) l.b_up = b + me.ff_begin;
-  if (c.post_norms) {
-    l.post_attn_norm = vector_tensor(p + "post_attention_norm.weight", c.n_embd);
-    l.post_ffn_norm = vector_tensor(p + "post_ffw_norm.weight", c.n_embd);
-  }
 }
 
 int64_t Model::parameter_count() const {

@@ -14,6 +14,7 @@
 #include "model/forward_batch.h"
 #include "model/model_config.h"
 #include "model/model_shard.h"
+#include "model/moe_weights.h"
 
 namespace kestrel {
 
@@ -42,6 +43,7 @@ struct LayerWeights {
   const float* b_up = nullptr;       // [n_ff]
   const float* b_down = nullptr;     // [n_embd]
   const float* post_ffn_norm = nullptr;   // [n_embd]           (post_norms)
+  MoeLayerWeights moe;               // a MoE layer's router and experts (then w_gate/up/down are empty)
 
   // The linear matrix of `kind` (not LinearKind::Output, which is the model's).
   WeightView& matrix(LinearKind kind);

@@ -201,12 +201,12 @@ void apply_architecture(const gguf::GgufFile& file, ModelConfig& c) {
     if (c.sliding_window > 0) read_sliding_pattern(file, c, 0);
     return;
   }
-  if (a == "qwen2") {
+  if (a == "qwen2" || a == "qwen2moe") {
     c.qkv_bias = true;
     c.rope_neox = true;
     return;
   }
-  if (a == "qwen3") {
+  if (a == "qwen3" || a == "qwen3moe") {
     c.qk_norm = QkNorm::PerHead;
     c.rope_neox = true;
     return;
@@ -234,9 +234,9 @@ void apply_architecture(const gguf::GgufFile& file, ModelConfig& c) {
 }  // namespace
 
 const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> kNames = {"llama",   "mistral",   "qwen2",  "qwen3",    "gemma3",    "gemma2",
-                                                     "phi3",    "granite",   "olmo2",  "smollm3",  "command-r", "stablelm",
-                                                     "starcoder2"};
+  static const std::vector<std::string> kNames = {
+      "llama", "mistral", "qwen2",   "qwen3",     "gemma3",   "gemma2",     "phi3",     "granite",
+      "olmo2", "smollm3", "command-r", "stablelm", "starcoder2", "qwen2moe", "qwen3moe"};
   return kNames;
 }
 
@@ -252,6 +252,7 @@ ModelConfig read_model_config(const gguf::GgufFile& file) {
   }
   read_common(file, c);
   apply_architecture(file, c);
+  c.moe = read_moe_config(file, c.architecture, c.n_ff);
   if (auto softcap = file.get_float(c.architecture + ".final_logit_softcapping")) {
     c.final_logit_softcap = float(*softcap);
   }

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "model/moe_config.h"
+
 namespace kestrel::gguf {
 class GgufFile;
 }
@@ -59,6 +61,7 @@ struct ModelConfig {
   std::vector<bool> layer_sliding;  // [n_layer] true for sliding-window (local) layers
   float rope_freq_base_sliding = 0.0f;  // RoPE base of local layers (Gemma 3); 0: same as global
   float final_logit_softcap = 0.0f;     // 0: none
+  MoeConfig moe;                        // Mixture-of-Experts (Mixtral, Qwen2/3-MoE); disabled for dense models
 
   int64_t q_width() const { return n_head * head_dim; }
   int64_t kv_width() const { return n_head_kv * head_dim; }

@@ -1,0 +1,36 @@
+// Mixture-of-Experts hyper-parameters (Mixtral, Qwen2-MoE, Qwen3-MoE): how many experts a MoE
+// layer has, how many each token uses, and how the router's scores become expert weights.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kestrel::gguf {
+class GgufFile;
+}
+
+namespace kestrel {
+
+struct MoeConfig {
+  int64_t n_expert = 0;        // `<arch>.expert_count`; 0: a dense model
+  int64_t n_expert_used = 0;   // `<arch>.expert_used_count`: experts per token (top-k)
+  int64_t n_ff_expert = 0;     // one expert's intermediate size
+  int64_t n_ff_shared = 0;     // the shared expert's intermediate size (Qwen2-MoE); 0: none
+  // Routing: weights = softmax(router logits) over all experts, the top n_expert_used kept
+  // (ties: the lower expert index), divided by their sum when normalize_top_k (Mixtral, Qwen3-MoE;
+  // transformers' norm_topk_prob), then multiplied by weights_scale.
+  bool normalize_top_k = true;
+  float weights_scale = 1.0f;
+
+  bool enabled() const { return n_expert > 0; }
+};
+
+// The MoE keys of `arch` (`<arch>.expert_count`, `expert_used_count`, `expert_feed_forward_length`,
+// `expert_shared_feed_forward_length`, `expert_weights_norm`, `expert_weights_scale`,
+// `expert_gating_func`), with each architecture's defaults where llama.cpp's converter writes no
+// key: Mixtral's experts are feed_forward_length wide and renormalized; Qwen2-MoE does not
+// renormalize and has a shared expert; Qwen3-MoE renormalizes. n_ff is `<arch>.feed_forward_length`.
+// Inconsistent values are errors naming the file and key; a dense file gives a disabled config.
+MoeConfig read_moe_config(const gguf::GgufFile& file, const std::string& arch, int64_t n_ff);
+
+}  // namespace kestrel

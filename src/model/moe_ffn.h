@@ -1,0 +1,53 @@
+// A Mixture-of-Experts FFN block (Mixtral, Qwen2-MoE, Qwen3-MoE) on the backend's kernels:
+//   logits = h . router^T                 [T][n_expert]
+//   p = softmax(logits); the top k experts per token (ties: the lower index); their weights
+//   p_j (/ sum p_j when normalize_top_k) * weights_scale
+//   out[t] = sum_j w[t][j] * down_e(act(gate_e h_t) * up_e h_t)   over the token's experts e = e[t][j]
+//          [+ sigmoid(shared_gate_inp . h_t) * shared_down(act(shared_gate h_t) * shared_up h_t)]
+// The step's tokens are grouped by expert: each chosen expert runs once, over the rows of the
+// tokens that chose it gathered contiguous, and reads only its own slice of the stacked weights,
+// so a decode step reads k experts' weights, not n_expert's. Each token's terms are then added in
+// its own top-k order: with the backend's per-row matmul contract (a row's result does not depend
+// on the batch), a token's output is bitwise the same alone or in any batch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/moe_config.h"
+#include "model/moe_weights.h"
+
+namespace kestrel {
+
+// The experts each token uses and their weights, top-k order (highest probability first).
+struct MoeRouting {
+  int64_t n_tokens = 0;
+  int64_t k = 0;
+  std::vector<int32_t> experts;  // [n_tokens][k]
+  std::vector<float> weights;    // [n_tokens][k]
+};
+
+// Routes T tokens from their router logits [T][m.n_expert] (softmax, top-k, normalization).
+void route_tokens(const float* logits, int64_t T, const MoeConfig& m, MoeRouting& routing);
+
+// Buffers reused across layers and steps (grown as needed, never shrunk).
+struct MoeScratch {
+  std::vector<float> logits;        // [T][n_expert]
+  MoeRouting routing;
+  std::vector<int64_t> expert_begin;  // [n_expert + 1]: expert e's rows are [begin[e], begin[e+1])
+  std::vector<int64_t> pair_row;      // [T][k]: the grouped row of token t's j-th expert
+  std::vector<float> rows_in;       // [T * k][n_embd]   token rows grouped by expert
+  std::vector<float> rows_act;      // [rows of one expert][n_ff_expert]
+  std::vector<float> rows_out;      // [T * k][n_embd]   each expert's output for its rows
+  std::vector<float> shared_act;    // [T][n_ff_shared]
+  std::vector<float> shared_out;    // [T][n_embd]
+  std::vector<float> shared_logit;  // [T]
+};
+
+// out[T][n_embd] = the MoE block over x[T][n_embd] (RMSNorm'd hidden states). `act` is the
+// experts' gated activation.
+void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, GatedActivation act, const float* x,
+             int64_t T, MoeScratch& s, float* out);
+
+}  // namespace kestrel

@@ -10,7 +10,8 @@
 //        cache: total and per-sequence tok/s;
 //   bandwidth  a 2 GiB streaming read with the same thread count (best pass, before and after the
 //        tests), and the decode roofline it implies: bandwidth / weight bytes read per step
-//        (B sequences share one read of the weights, so batch B's roofline is B times that).
+//        (B sequences share one read of the weights, so batch B's roofline is B times that; a
+//        MoE step reads its token's experts only, so its roofline counts the active weights).
 // Figures are medians over --reps runs, each run doing every test once (so drift affects all
 // tests alike). --json adds one machine-readable line at the end (bench/compare_llamacpp.py).
 #include <stdlib.h>
@@ -112,6 +113,12 @@ int64_t weight_bytes_per_token(const Model& model) {
   int64_t bytes = 0;
   for (const auto& t : model.file().tensors()) {
     if (t.name == "token_embd.weight" && !model.weights().tied_output) continue;
+    // A token reads only its n_expert_used experts of each MoE stack (model/moe_ffn.h).
+    const MoeConfig& moe = model.config().moe;
+    if (moe.enabled() && t.name.ends_with("_exps.weight")) {
+      bytes += int64_t(t.num_bytes) / moe.n_expert * moe.n_expert_used;
+      continue;
+    }
     bytes += int64_t(t.num_bytes);
   }
   return bytes;

@@ -78,6 +78,7 @@ void gen_model(const GenModelCliOptions& o) {
   options.llama3_tiktoken = o.vocab.empty() ? models_dir + "/llama3/tokenizer.model" : o.vocab;
   options.spm_vocab_gguf =
       o.vocab.empty() ? models_dir + "/llama.cpp-vocab/ggml-vocab-llama-spm.gguf" : o.vocab;
+  options.gpt2_vocab_gguf = o.vocab.empty() ? models_dir + "/llama.cpp-vocab/ggml-vocab-gpt-2.gguf" : o.vocab;
 
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<ProgressBar> progress;
@@ -105,7 +106,8 @@ void register_gen_model(CLI::App& app) {
       ->check(int_range(0, INT64_MAX));
   cmd->add_option("-t,--threads", options->threads, "threads (default: the available CPUs)")->check(int_range(1, 1024));
   cmd->add_option("--vocab", options->vocab,
-                  "vocabulary file: Meta's Llama 3 tokenizer.model, or a GGUF with Llama 2's vocabulary")
+                  "vocabulary file: Meta's Llama 3 tokenizer.model, or a GGUF with the preset's vocabulary "
+                  "(Llama 2's, or GPT-2's for the MoE presets)")
       ->check(existing_file());
   cmd->add_option("--models-dir", options->models_dir,
                   "directory holding llama3/tokenizer.model and llama.cpp-vocab/ (default: ../shared/models "

@@ -41,6 +41,13 @@ const std::vector<ModelPreset> kPresets = {
      10000.0f, 1e-5f, false, {}},
     {"llama-2-7b", "Llama 2 7B", PresetVocab::LlamaSpm, 32000, 4096, 32, 32, 32, 11008, 4096,
      10000.0f, 1e-5f, false, {}},
+    // Mixture of Experts (last three: experts, experts per token, expert FFN size).
+    {"tiny-moe", "tiny MoE shape (tests)", PresetVocab::Gpt2, 50257, 64, 2, 4, 2, 128, 2048,
+     10000.0f, 1e-6f, false, {}, 8, 2, 128},
+    // OLMoE 1B-7B's shape (its vocabulary is GPT-NeoX's 50,304; GPT-2's 50,257 is the nearest one
+    // at hand) in the Qwen3-MoE layout.
+    {"olmoe-1b-7b", "OLMoE 1B-7B (64 experts, 8 used)", PresetVocab::Gpt2, 50257, 2048, 16, 16, 16, 1024,
+     4096, 10000.0f, 1e-5f, false, {}, 64, 8, 1024},
 };
 
 struct TensorPlan {
@@ -76,6 +83,18 @@ std::vector<TensorPlan> plan_tensors(const ModelPreset& p) {
     plan.push_back(normal_matrix(b + "attn_v.weight", p.n_embd, kv));
     plan.push_back(normal_matrix(b + "attn_output.weight", q, p.n_embd));
     plan.push_back(ones(b + "ffn_norm.weight", p.n_embd));
+    if (p.is_moe()) {
+      // Qwen3-MoE: per-head q/k norms, the router, and each expert stack [n_expert][rows][cols]
+      // (GGUF dims innermost first: cols, rows, n_expert).
+      plan.push_back(ones(b + "attn_q_norm.weight", p.head_dim()));
+      plan.push_back(ones(b + "attn_k_norm.weight", p.head_dim()));
+      plan.push_back(normal_matrix(b + "ffn_gate_inp.weight", p.n_embd, p.n_expert));
+      for (const char* name : {"ffn_gate_exps.weight", "ffn_up_exps.weight"}) {
+        plan.push_back({b + name, {p.n_embd, p.n_ff_expert, p.n_expert}, TensorPlan::Fill::Normal, {}});
+      }
+      plan.push_back({b + "ffn_down_exps.weight", {p.n_ff_expert, p.n_embd, p.n_expert}, TensorPlan::Fill::Normal, {}});
+      continue;
+    }
     plan.push_back(normal_matrix(b + "ffn_gate.weight", p.n_embd, p.n_ff));
     plan.push_back(normal_matrix(b + "ffn_up.weight", p.n_embd, p.n_ff));
     plan.push_back(normal_matrix(b + "ffn_down.weight", p.n_ff, p.n_embd));
@@ -87,22 +106,28 @@ std::vector<TensorPlan> plan_tensors(const ModelPreset& p) {
 
 void set_model_metadata(gguf::GgufWriter& w, const ModelPreset& p, const QuantRecipe& recipe,
                         uint64_t seed) {
-  w.set_string("general.architecture", "llama");
+  const std::string a = std::string(p.architecture()) + ".";
+  w.set_string("general.architecture", std::string(p.architecture()));
   w.set_string("general.name", fmt::format("{} (synthetic random weights)", p.description));
   w.set_u32("general.file_type", recipe.file_type);
   w.set_u32("general.quantization_version", 2);
-  w.set_u32("llama.vocab_size", uint32_t(p.n_vocab));
-  w.set_u32("llama.context_length", uint32_t(p.n_ctx));
-  w.set_u32("llama.embedding_length", uint32_t(p.n_embd));
-  w.set_u32("llama.block_count", uint32_t(p.n_layer));
-  w.set_u32("llama.feed_forward_length", uint32_t(p.n_ff));
-  w.set_u32("llama.attention.head_count", uint32_t(p.n_head));
-  w.set_u32("llama.attention.head_count_kv", uint32_t(p.n_head_kv));
-  w.set_u32("llama.attention.key_length", uint32_t(p.head_dim()));
-  w.set_u32("llama.attention.value_length", uint32_t(p.head_dim()));
-  w.set_u32("llama.rope.dimension_count", uint32_t(p.head_dim()));
-  w.set_f32("llama.rope.freq_base", p.rope_freq_base);
-  w.set_f32("llama.attention.layer_norm_rms_epsilon", p.rms_eps);
+  w.set_u32(a + "vocab_size", uint32_t(p.n_vocab));
+  w.set_u32(a + "context_length", uint32_t(p.n_ctx));
+  w.set_u32(a + "embedding_length", uint32_t(p.n_embd));
+  w.set_u32(a + "block_count", uint32_t(p.n_layer));
+  w.set_u32(a + "feed_forward_length", uint32_t(p.n_ff));
+  w.set_u32(a + "attention.head_count", uint32_t(p.n_head));
+  w.set_u32(a + "attention.head_count_kv", uint32_t(p.n_head_kv));
+  w.set_u32(a + "attention.key_length", uint32_t(p.head_dim()));
+  w.set_u32(a + "attention.value_length", uint32_t(p.head_dim()));
+  w.set_u32(a + "rope.dimension_count", uint32_t(p.head_dim()));
+  w.set_f32(a + "rope.freq_base", p.rope_freq_base);
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", p.rms_eps);
+  if (p.is_moe()) {
+    w.set_u32(a + "expert_count", uint32_t(p.n_expert));
+    w.set_u32(a + "expert_used_count", uint32_t(p.n_expert_used));
+    w.set_u32(a + "expert_feed_forward_length", uint32_t(p.n_ff_expert));
+  }
   // Provenance: nobody should mistake this file for a trained model.
   w.set_string("kestrel.synthetic.preset", std::string(p.name));
   w.set("kestrel.synthetic.seed", gguf::Value::of_u64(seed));
@@ -139,9 +164,17 @@ void fill_normal_tensor(ThreadPool& pool, const quant::WeightFormat& format, int
 int64_t ModelPreset::parameter_count() const {
   const int64_t q = n_head * head_dim();
   const int64_t kv = n_head_kv * head_dim();
-  const int64_t per_layer = 2 * n_embd + n_embd * (q + 2 * kv) + q * n_embd + 3 * n_embd * n_ff;
+  const int64_t ffn = is_moe() ? n_expert * 3 * n_embd * n_ff_expert + n_embd * n_expert + 2 * head_dim()
+                               : 3 * n_embd * n_ff;
+  const int64_t per_layer = 2 * n_embd + n_embd * (q + 2 * kv) + q * n_embd + ffn;
   const int64_t rope = rope_scaling.factor > 0.0f ? head_dim() / 2 : 0;
   return n_vocab * n_embd * (tied_embeddings ? 1 : 2) + n_layer * per_layer + n_embd + rope;
+}
+
+int64_t ModelPreset::active_parameter_count() const {
+  const int64_t unused_experts = is_moe() ? n_layer * (n_expert - n_expert_used) * 3 * n_embd * n_ff_expert : 0;
+  const int64_t embedding_rows = tied_embeddings ? 0 : (n_vocab - 1) * n_embd;
+  return parameter_count() - unused_experts - embedding_rows;
 }
 
 const std::vector<ModelPreset>& model_presets() { return kPresets; }
@@ -193,12 +226,13 @@ GenModelStats generate_model(const GenModelOptions& o,
   if (!recipe) fail("unknown type '{}' (choose one of: {})", o.type, quant_recipe_names());
   gguf::GgufWriter writer;
   set_model_metadata(writer, p, *recipe, o.seed);
-  const int64_t vocab_size = p.vocab == PresetVocab::Llama3
-                                 ? set_llama3_vocab(writer, o.llama3_tiktoken)
-                                 : copy_gguf_vocab(writer, o.spm_vocab_gguf);
+  const std::string& vocab_file = p.vocab == PresetVocab::Llama3   ? o.llama3_tiktoken
+                                  : p.vocab == PresetVocab::Gpt2 ? o.gpt2_vocab_gguf
+                                                                 : o.spm_vocab_gguf;
+  const int64_t vocab_size = p.vocab == PresetVocab::Llama3 ? set_llama3_vocab(writer, vocab_file)
+                                                            : copy_gguf_vocab(writer, vocab_file);
   if (vocab_size != p.n_vocab) {
-    fail("preset {} needs a vocabulary of {} tokens but {} has {}", p.name, p.n_vocab,
-         p.vocab == PresetVocab::Llama3 ? o.llama3_tiktoken : o.spm_vocab_gguf, vocab_size);
+    fail("preset {} needs a vocabulary of {} tokens but {} has {}", p.name, p.n_vocab, vocab_file, vocab_size);
   }
 
   ThreadPool pool(std::max(1, o.num_threads));

@@ -20,6 +20,7 @@ namespace kestrel {
 enum class PresetVocab {
   Llama3,       // Meta's Llama 3 tiktoken vocabulary (128,256 tokens)
   LlamaSpm,     // Llama 2's SentencePiece vocabulary (32,000 tokens)
+  Gpt2,         // GPT-2's byte-level BPE vocabulary (50,257 tokens; llama.cpp's ggml-vocab-gpt-2.gguf)
 };
 
 // Llama 3.1/3.2 rope scaling (rope_type "llama3"); factor 0 means none.
@@ -45,9 +46,20 @@ struct ModelPreset {
   float rms_eps;
   bool tied_embeddings;          // no output.weight: the output projection reuses token_embd
   Llama3RopeScaling rope_scaling;
+  // Mixture of Experts (0 experts: dense). MoE presets are written as llama.cpp's Qwen3-MoE
+  // layout (architecture "qwen3moe": per-head q/k norms, router ffn_gate_inp, expert stacks
+  // ffn_{gate,up,down}_exps), which both llama.cpp and Kestrel run.
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_expert = 0;
 
+  bool is_moe() const { return n_expert > 0; }
+  std::string_view architecture() const { return is_moe() ? "qwen3moe" : "llama"; }
   int64_t head_dim() const { return n_embd / n_head; }
   int64_t parameter_count() const;
+  // Parameters one token's forward pass reads: all but the experts it does not use and the
+  // embedding table (one row of it).
+  int64_t active_parameter_count() const;
 };
 
 const std::vector<ModelPreset>& model_presets();
@@ -66,6 +78,7 @@ struct GenModelOptions {
   int num_threads = 2;
   std::string llama3_tiktoken;   // Meta's tokenizer.model, for Llama 3 presets
   std::string spm_vocab_gguf;    // a GGUF with Llama 2's vocabulary, for Llama 2 presets
+  std::string gpt2_vocab_gguf;   // a GGUF with GPT-2's vocabulary, for GPT-2-vocabulary presets
 };
 
 struct GenModelStats {

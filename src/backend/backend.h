@@ -80,6 +80,23 @@ struct PagedAttentionArgs {
 // The activation of a gated MLP: act(x W_gate) * (x W_up).
 enum class GatedActivation { Silu, GeluTanh };
 
+// One product of a grouped call (Backend::matmul_grouped): y[n][w.rows] = x[n][w.cols] . w^T.
+struct MatmulGroup {
+  WeightView w;
+  const float* x = nullptr;
+  int64_t n = 0;
+  float* y = nullptr;
+};
+
+// One gated MLP input half of a grouped call (Backend::gated_ffn_grouped):
+// out[n][gate.rows] = act(x . gate^T) * (x . up^T).
+struct GatedFfnGroup {
+  WeightView gate, up;
+  const float* x = nullptr;
+  int64_t n = 0;
+  float* out = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -96,6 +113,15 @@ class Backend {
   // and silu_mul/gelu_mul would give, with the activation applied while the rows are in cache.
   virtual void gated_ffn(const WeightView& gate, const WeightView& up, GatedActivation act,
                          const float* x, int64_t n, float* out) = 0;
+  // Independent products, each over its own input (a Mixture-of-Experts layer's experts, each over
+  // the tokens routed to it), each result equal to matmul / gated_ffn of that group alone. One call
+  // lets the backend run every group in one parallel region. The default runs them one by one.
+  virtual void matmul_grouped(std::span<const MatmulGroup> groups) {
+    for (const MatmulGroup& g : groups) matmul(g.w, g.x, g.n, g.y);
+  }
+  virtual void gated_ffn_grouped(std::span<const GatedFfnGroup> groups, GatedActivation act) {
+    for (const GatedFfnGroup& g : groups) gated_ffn(g.gate, g.up, act, g.x, g.n, g.out);
+  }
   // out[i][:] = table row ids[i], dequantized to F32. table is [vocab][width].
   virtual void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out) = 0;
   // out[i] = x[i] / rms(x[i]) * weight, rows of `width`.

@@ -77,15 +77,21 @@ void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, Gat
     }
   }
 
-  // Each chosen expert once, over its rows: gate/up + activation, then down.
+  // Each chosen expert once, over its rows: gate/up + activation, then down, every expert of the
+  // step in one grouped call each.
+  s.rows_act.resize(size_t(T * k * n_ff));
   s.rows_out.resize(size_t(T * k * n_embd));
+  s.gated_groups.clear();
+  s.down_groups.clear();
   for (int64_t e = 0; e < n_expert; ++e) {
     const int64_t begin = s.expert_begin[size_t(e)], rows = s.expert_begin[size_t(e + 1)] - begin;
     if (rows == 0) continue;
-    s.rows_act.resize(std::max(s.rows_act.size(), size_t(rows * n_ff)));
-    backend.gated_ffn(w.gate(e), w.up(e), act, s.rows_in.data() + begin * n_embd, rows, s.rows_act.data());
-    backend.matmul(w.down(e), s.rows_act.data(), rows, s.rows_out.data() + begin * n_embd);
+    s.gated_groups.push_back({w.gate(e), w.up(e), s.rows_in.data() + begin * n_embd, rows,
+                              s.rows_act.data() + begin * n_ff});
+    s.down_groups.push_back({w.down(e), s.rows_act.data() + begin * n_ff, rows, s.rows_out.data() + begin * n_embd});
   }
+  backend.gated_ffn_grouped(s.gated_groups, act);
+  backend.matmul_grouped(s.down_groups);
 
   // Each token's weighted sum in its top-k order.
   const float* weights = s.routing.weights.data();

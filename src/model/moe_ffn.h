@@ -38,11 +38,13 @@ struct MoeScratch {
   std::vector<int64_t> expert_begin;  // [n_expert + 1]: expert e's rows are [begin[e], begin[e+1])
   std::vector<int64_t> pair_row;      // [T][k]: the grouped row of token t's j-th expert
   std::vector<float> rows_in;       // [T * k][n_embd]   token rows grouped by expert
-  std::vector<float> rows_act;      // [rows of one expert][n_ff_expert]
+  std::vector<float> rows_act;      // [T * k][n_ff_expert]   act(gate) * up, grouped like rows_in
   std::vector<float> rows_out;      // [T * k][n_embd]   each expert's output for its rows
   std::vector<float> shared_act;    // [T][n_ff_shared]
   std::vector<float> shared_out;    // [T][n_embd]
   std::vector<float> shared_logit;  // [T]
+  std::vector<GatedFfnGroup> gated_groups;  // one per chosen expert
+  std::vector<MatmulGroup> down_groups;
 };
 
 // out[T][n_embd] = the MoE block over x[T][n_embd] (RMSNorm'd hidden states). `act` is the

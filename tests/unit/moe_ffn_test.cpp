@@ -275,6 +275,46 @@ TEST(MoeFfn, TokenOutputIsBitwiseTheSameAloneAndInABatch) {
   }
 }
 
+// The grouped calls the block uses are, group by group, bitwise the plain calls.
+TEST(MoeFfn, GroupedCallsEqualThePlainCallsPerGroup) {
+  auto backend = make_cpu_backend(2);
+  std::mt19937 rng(5);
+  for (DType type : {DType::F32, DType::F16, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    SCOPED_TRACE(dtype_name(type));
+    const int64_t cols = 256;
+    std::vector<Matrix> gates, ups;
+    std::vector<std::vector<float>> xs;
+    const int64_t rows[] = {96, 200, 48, 130};
+    const int64_t ns[] = {1, 5, 0, 17};
+    for (int i = 0; i < 4; ++i) {
+      gates.push_back(random_matrix(type, rows[i], cols, rng, 0.2f));
+      ups.push_back(random_matrix(type, rows[i], cols, rng, 0.2f));
+      xs.push_back(random_input(ns[i], cols, uint32_t(i)));
+    }
+    std::vector<std::vector<float>> grouped(4), plain(4), grouped_mm(4), plain_mm(4);
+    std::vector<GatedFfnGroup> gated;
+    std::vector<MatmulGroup> products;
+    for (int i = 0; i < 4; ++i) {
+      grouped[size_t(i)].assign(size_t(ns[i] * rows[i]), 0.0f);
+      grouped_mm[size_t(i)].assign(size_t(ns[i] * rows[i]), 0.0f);
+      gated.push_back({gates[size_t(i)].view(), ups[size_t(i)].view(), xs[size_t(i)].data(), ns[i],
+                       grouped[size_t(i)].data()});
+      products.push_back({gates[size_t(i)].view(), xs[size_t(i)].data(), ns[i], grouped_mm[size_t(i)].data()});
+    }
+    backend->gated_ffn_grouped(gated, GatedActivation::Silu);
+    backend->matmul_grouped(products);
+    for (int i = 0; i < 4; ++i) {
+      plain[size_t(i)].assign(size_t(ns[i] * rows[i]), 0.0f);
+      plain_mm[size_t(i)].assign(size_t(ns[i] * rows[i]), 0.0f);
+      backend->gated_ffn(gates[size_t(i)].view(), ups[size_t(i)].view(), GatedActivation::Silu, xs[size_t(i)].data(),
+                         ns[i], plain[size_t(i)].data());
+      backend->matmul(gates[size_t(i)].view(), xs[size_t(i)].data(), ns[i], plain_mm[size_t(i)].data());
+      EXPECT_EQ(grouped[size_t(i)], plain[size_t(i)]) << "gated group " << i;
+      EXPECT_EQ(grouped_mm[size_t(i)], plain_mm[size_t(i)]) << "matmul group " << i;
+    }
+  }
+}
+
 // Experts no token of the step chose are never read: poisoning their weights with NaN changes
 // nothing, bit for bit. For one token (decode) that leaves k of n_expert experts read.
 TEST(MoeFfn, ReadsOnlyTheChosenExperts) {

@@ -21,6 +21,8 @@ class CpuBackend final : public Backend {
                    std::span<float* const> ys) override;
   void gated_ffn(const WeightView& gate, const WeightView& up, GatedActivation act, const float* x,
                  int64_t n, float* out) override;
+  void matmul_grouped(std::span<const MatmulGroup> groups) override;
+  void gated_ffn_grouped(std::span<const GatedFfnGroup> groups, GatedActivation act) override;
   void get_rows(const WeightView& table, const int32_t* ids, int64_t n, float* out) override;
   void rms_norm(const float* x, const float* weight, int64_t n, int64_t width, float eps,
                 float* out) override;
@@ -68,6 +70,15 @@ class CpuBackend final : public Backend {
   // unless an earlier entry of `done` already holds x in the same layout (then shares it).
   PreparedMatmul prepare(const WeightView& w, const float* x, int64_t n, int slot,
                          std::span<const PreparedMatmul> done);
+  // prepare() into a given buffer; large inputs are converted by the pool unless
+  // `convert_in_parallel` is false (the caller runs inside a parallel region).
+  PreparedMatmul prepare_into(const WeightView& w, const float* x, int64_t n, std::vector<uint8_t>& scratch,
+                              std::span<const PreparedMatmul> done, bool convert_in_parallel);
+  // The grouped calls: each group's output rows in chunks of the one shared counter; a gated
+  // group's chunk also runs up and the activation.
+  void run_grouped(std::span<const PreparedMatmul> gates, std::span<const PreparedMatmul> ups,
+                   std::span<const int64_t> ns, std::span<float* const> outs, std::span<float* const> up_outs,
+                   GatedActivation act);
   // prepare() for each of ws in turn, into prepared[0 .. ws.size()).
   void prepare_all(std::span<const WeightView> ws, const float* x, int64_t n, PreparedMatmul* prepared);
   // chunk_task(c) for c in [0, chunks), the pool's threads taking chunks from a shared counter
@@ -90,6 +101,7 @@ class CpuBackend final : public Backend {
   // Activations converted for the matmul kernels, one buffer per matrix of a call.
   std::vector<uint8_t> activation_scratch_[kMaxMatmuls];
   std::vector<float> up_scratch_;  // gated_ffn's x . up^T
+  std::vector<std::vector<uint8_t>> grouped_scratch_;  // the grouped calls' converted inputs
 };
 
 }  // namespace kestrel

@@ -18,6 +18,12 @@ namespace kestrel {
 
 CpuBackend::PreparedMatmul CpuBackend::prepare(const WeightView& w, const float* x, int64_t n, int slot,
                                                std::span<const PreparedMatmul> done) {
+  return prepare_into(w, x, n, activation_scratch_[slot], done, true);
+}
+
+CpuBackend::PreparedMatmul CpuBackend::prepare_into(const WeightView& w, const float* x, int64_t n,
+                                                    std::vector<uint8_t>& scratch,
+                                                    std::span<const PreparedMatmul> done, bool convert_in_parallel) {
   const quant::WeightFormat& format = quant::require_format(w.type);
   const quant::WeightFormat& act_format = quant::require_format(format.activation_type);
   if (w.cols % format.block_size != 0 || w.cols % act_format.block_size != 0) {
@@ -40,7 +46,6 @@ CpuBackend::PreparedMatmul CpuBackend::prepare(const WeightView& w, const float*
       return m;
     }
   }
-  std::vector<uint8_t>& scratch = activation_scratch_[slot];
   scratch.resize(size_t(n * m.act_row_bytes) + 64);
   uint8_t* activations = scratch.data();
   activations += (64 - reinterpret_cast<uintptr_t>(activations) % 64) % 64;  // 64-byte aligned rows
@@ -49,7 +54,7 @@ CpuBackend::PreparedMatmul CpuBackend::prepare(const WeightView& w, const float*
       m.kernels->convert_activations(x + t * w.cols, activations + t * m.act_row_bytes, w.cols);
     }
   };
-  if (n * w.cols >= 16384) {
+  if (convert_in_parallel && n * w.cols >= 16384) {
     pool_.parallel_for(n, convert);
   } else {
     convert(0, n);
@@ -151,6 +156,109 @@ void CpuBackend::gated_ffn(const WeightView& gate, const WeightView& up, GatedAc
     for (int64_t t = 0; t < n; ++t) {
       float* g = out + t * rows + begin;
       const float* u = up_out + t * rows + begin;
+      if (act == GatedActivation::GeluTanh) {
+        kernels_->activations->gelu_mul(g, u, end - begin, g);
+      } else {
+        kernels_->activations->silu_mul(g, u, end - begin, g);
+      }
+    }
+  });
+}
+
+// The grouped calls (a Mixture-of-Experts layer's experts): every group's input converted first,
+// then one parallel region over all groups' row chunks, so a decode step's k experts cost one
+// pool wake-up instead of k and the threads balance across experts of different sizes.
+void CpuBackend::matmul_grouped(std::span<const MatmulGroup> groups) {
+  const size_t count = groups.size();
+  if (grouped_scratch_.size() < count) grouped_scratch_.resize(count);
+  std::vector<PreparedMatmul> prepared(count);
+  std::vector<int64_t> ns(count);
+  std::vector<float*> outs(count);
+  int64_t elements = 0;
+  for (const MatmulGroup& g : groups) elements += g.n * g.w.cols;
+  const bool parallel_convert = elements >= (int64_t(1) << 16);
+  auto convert = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const MatmulGroup& g = groups[size_t(i)];
+      prepared[size_t(i)] = prepare_into(g.w, g.x, g.n, grouped_scratch_[size_t(i)], {}, false);
+    }
+  };
+  if (parallel_convert) {
+    pool_.parallel_for(int64_t(count), convert);
+  } else {
+    convert(0, int64_t(count));
+  }
+  for (size_t i = 0; i < count; ++i) {
+    ns[i] = groups[i].n;
+    outs[i] = groups[i].y;
+  }
+  run_grouped(prepared, {}, ns, outs, {}, GatedActivation::Silu);
+}
+
+void CpuBackend::gated_ffn_grouped(std::span<const GatedFfnGroup> groups, GatedActivation act) {
+  const size_t count = groups.size();
+  if (grouped_scratch_.size() < 2 * count) grouped_scratch_.resize(2 * count);
+  std::vector<PreparedMatmul> gates(count), ups(count);
+  std::vector<int64_t> ns(count);
+  std::vector<float*> outs(count), up_outs(count);
+  int64_t elements = 0, up_values = 0;
+  for (const GatedFfnGroup& g : groups) {
+    if (g.gate.rows != g.up.rows || g.gate.cols != g.up.cols) {
+      fail("internal: gated_ffn_grouped's gate ({} x {}) and up ({} x {}) differ in shape", g.gate.rows,
+           g.gate.cols, g.up.rows, g.up.cols);
+    }
+    elements += g.n * g.gate.cols;
+    up_values += g.n * g.gate.rows;
+  }
+  up_scratch_.resize(size_t(up_values));
+  auto convert = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const GatedFfnGroup& g = groups[size_t(i)];
+      gates[size_t(i)] = prepare_into(g.gate, g.x, g.n, grouped_scratch_[size_t(2 * i)], {}, false);
+      ups[size_t(i)] = prepare_into(g.up, g.x, g.n, grouped_scratch_[size_t(2 * i + 1)],
+                                    std::span<const PreparedMatmul>(&gates[size_t(i)], 1), false);
+    }
+  };
+  if (elements >= (int64_t(1) << 16)) {
+    pool_.parallel_for(int64_t(count), convert);
+  } else {
+    convert(0, int64_t(count));
+  }
+  float* up_out = up_scratch_.data();
+  for (size_t i = 0; i < count; ++i) {
+    ns[i] = groups[i].n;
+    outs[i] = groups[i].out;
+    up_outs[i] = up_out;
+    up_out += groups[i].n * groups[i].gate.rows;
+  }
+  run_grouped(gates, ups, ns, outs, up_outs, act);
+}
+
+void CpuBackend::run_grouped(std::span<const PreparedMatmul> gates, std::span<const PreparedMatmul> ups,
+                             std::span<const int64_t> ns, std::span<float* const> outs,
+                             std::span<float* const> up_outs, GatedActivation act) {
+  const size_t count = gates.size();
+  // Chunks [first[i], first[i + 1]) of the shared counter belong to group i.
+  std::vector<int64_t> chunk(count), first(count + 1, 0);
+  int64_t max_rows = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const int64_t rows = ns[i] > 0 ? gates[i].rows : 0;
+    max_rows = std::max(max_rows, rows);
+    chunk[i] = chunk_rows(gates[i].rows, ns[i], pool_.num_threads());
+    first[i + 1] = first[i] + (rows + chunk[i] - 1) / chunk[i];
+  }
+  if (first[count] == 0) return;
+  const bool gated = !ups.empty();
+  run_chunks(max_rows * int64_t(count), first[count], [&](int64_t c) {
+    const size_t i = size_t(std::upper_bound(first.begin(), first.end(), c) - first.begin()) - 1;
+    const int64_t n = ns[i], rows = gates[i].rows;
+    const int64_t begin = (c - first[i]) * chunk[i], end = std::min(rows, begin + chunk[i]);
+    run_rows(gates[i], n, begin, end, outs[i]);
+    if (!gated) return;
+    run_rows(ups[i], n, begin, end, up_outs[i]);
+    for (int64_t t = 0; t < n; ++t) {
+      float* g = outs[i] + t * rows + begin;
+      const float* u = up_outs[i] + t * rows + begin;
       if (act == GatedActivation::GeluTanh) {
         kernels_->activations->gelu_mul(g, u, end - begin, g);
       } else {

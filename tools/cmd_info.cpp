@@ -37,6 +37,11 @@ void info(const InfoOptions& o) {
   fmt::print("layers:          {}\n", c.n_layer);
   fmt::print("hidden size:     {}\n", c.n_embd);
   fmt::print("FFN size:        {}\n", c.n_ff);
+  if (c.moe.enabled()) {
+    fmt::print("experts:         {} per layer, {} per token, FFN {} each{}{}\n", c.moe.n_expert, c.moe.n_expert_used,
+               c.moe.n_ff_expert, c.moe.n_ff_shared > 0 ? fmt::format(", shared expert FFN {}", c.moe.n_ff_shared) : "",
+               c.moe.normalize_top_k ? ", top-k weights renormalized" : "");
+  }
   fmt::print("heads:           {} query, {} key/value (head size {})\n", c.n_head, c.n_head_kv, c.head_dim);
   fmt::print("RoPE:            {} dims, base {}, {} order, scale {}{}\n", c.n_rot, c.rope_freq_base,
              c.rope_neox ? "NeoX" : "normal", c.rope_freq_scale,

@@ -155,6 +155,12 @@ bool apply_dense_variant(const gguf::GgufFile& file, ModelConfig& c) {
     if (c.sliding_window > 0) read_sliding_pattern(file, c, 4);
     return true;
   }
+  if (a == "olmoe") {
+    // OLMoE: Llama's block with q/k RMSNorms over the whole projection and a MoE MLP (moe_config.h).
+    c.rope_neox = true;
+    c.qk_norm = QkNorm::Full;
+    return true;
+  }
   if (a == "smollm3") {
     // Every fourth layer has no RoPE (NoPE), unless the file lists the layers.
     if (!read_layer_flags(file, a + ".attention.rope_pattern", c.n_layer, c.layer_rope)) {
@@ -236,7 +242,7 @@ void apply_architecture(const gguf::GgufFile& file, ModelConfig& c) {
 const std::vector<std::string>& supported_architectures() {
   static const std::vector<std::string> kNames = {
       "llama", "mistral", "qwen2",   "qwen3",     "gemma3",   "gemma2",     "phi3",     "granite",
-      "olmo2", "smollm3", "command-r", "stablelm", "starcoder2", "qwen2moe", "qwen3moe"};
+      "olmo2", "smollm3", "command-r", "stablelm", "starcoder2", "qwen2moe", "qwen3moe", "olmoe"};
   return kNames;
 }
 

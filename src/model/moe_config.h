@@ -1,4 +1,4 @@
-// Mixture-of-Experts hyper-parameters (Mixtral, Qwen2-MoE, Qwen3-MoE): how many experts a MoE
+// Mixture-of-Experts hyper-parameters (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE): how many experts a MoE
 // layer has, how many each token uses, and how the router's scores become expert weights.
 #pragma once
 
@@ -29,7 +29,7 @@ struct MoeConfig {
 // `expert_shared_feed_forward_length`, `expert_weights_norm`, `expert_weights_scale`,
 // `expert_gating_func`), with each architecture's defaults where llama.cpp's converter writes no
 // key: Mixtral's experts are feed_forward_length wide and renormalized; Qwen2-MoE does not
-// renormalize and has a shared expert; Qwen3-MoE renormalizes. n_ff is `<arch>.feed_forward_length`.
+// renormalize and has a shared expert; Qwen3-MoE renormalizes; OLMoE does not. n_ff is `<arch>.feed_forward_length`.
 // Inconsistent values are errors naming the file and key; a dense file gives a disabled config.
 MoeConfig read_moe_config(const gguf::GgufFile& file, const std::string& arch, int64_t n_ff);
 

@@ -92,10 +92,11 @@ const float* vector_of(const gguf::GgufFile& file, const std::string& name, int6
 MoeConfig read_moe_config(const gguf::GgufFile& file, const std::string& arch, int64_t n_ff) {
   const std::string p = arch + ".";
   const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe";
+  const bool moe_only = qwen_moe || arch == "olmoe";  // architectures that are always MoE
   MoeConfig m;
   m.n_expert = moe_key(file, p + "expert_count", 0);
   if (m.n_expert == 0) {
-    if (qwen_moe) fail("{}: architecture '{}' needs {}expert_count > 0", file.name(), arch, p);
+    if (moe_only) fail("{}: architecture '{}' needs {}expert_count > 0", file.name(), arch, p);
     return m;
   }
   m.n_expert_used = moe_key(file, p + "expert_used_count", 0);
@@ -108,9 +109,9 @@ MoeConfig read_moe_config(const gguf::GgufFile& file, const std::string& arch, i
   m.n_ff_expert = moe_key(file, p + "expert_feed_forward_length", qwen_moe ? n_ff / m.n_expert_used : n_ff);
   if (m.n_ff_expert <= 0) fail("{}: {}expert_feed_forward_length must be positive", file.name(), p);
   if (arch == "qwen2moe") m.n_ff_shared = moe_key(file, p + "expert_shared_feed_forward_length", n_ff);
-  // llama.cpp's converter writes no expert_weights_norm for these: Qwen2-MoE's norm_topk_prob is
-  // false, Qwen3-MoE's and Mixtral's true (as llama.cpp's graphs hard-code).
-  m.normalize_top_k = file.get_bool(p + "expert_weights_norm").value_or(arch != "qwen2moe");
+  // llama.cpp's converter writes no expert_weights_norm for these: Qwen2-MoE's and OLMoE's
+  // norm_topk_prob is false, Qwen3-MoE's and Mixtral's true (as llama.cpp's graphs hard-code).
+  m.normalize_top_k = file.get_bool(p + "expert_weights_norm").value_or(arch != "qwen2moe" && arch != "olmoe");
   if (auto scale = file.get_float(p + "expert_weights_scale"); scale && *scale != 0.0) {
     if (!(*scale > 0.0)) fail("{}: {}expert_weights_scale {} must be positive", file.name(), p, *scale);
     m.weights_scale = float(*scale);

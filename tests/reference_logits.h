@@ -1,4 +1,4 @@
-// The batch-logits check shared by the transformers-reference tests (hf_models_test.cpp,
+// The reference.json reader and the batch-logits check shared by the transformers-reference tests (hf_models_test.cpp,
 // arch_fixtures_test.cpp): every prompt of a reference.json (scripts/gen_hf_fixtures.py's format)
 // in ONE runner batch, each with its own block tables, against transformers' float32 logits of the
 // positions it recorded. Tolerance 1e-4 * max|logit| + 1e-4 (the argument is in hf_models_test.cpp).
@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,8 +18,19 @@
 
 #include "model/model.h"
 #include "runner/model_runner.h"
+#include "test_paths.h"
 
 namespace kestrel::test {
+
+// The reference.json of the fixture folder `dir` (test data path), parsed once per process.
+inline const nlohmann::json& fixture_reference(const std::string& dir) {
+  static std::map<std::string, nlohmann::json> cache;
+  auto it = cache.find(dir);
+  if (it == cache.end()) {
+    it = cache.emplace(dir, nlohmann::json::parse(read_file(test_data_path(dir) + "/reference.json"))).first;
+  }
+  return it->second;
+}
 
 inline void expect_batch_logits_match(const Model& model, const nlohmann::json& reference, const std::string& label) {
   constexpr double kRelativeTolerance = 1e-4;

@@ -41,15 +41,7 @@ using json = nlohmann::json;
 
 std::string fixture_gguf(const std::string& name) { return test::test_data_path("arch/" + name + "/model.gguf"); }
 
-const json& reference(const std::string& name) {
-  static std::map<std::string, json> cache;
-  auto it = cache.find(name);
-  if (it == cache.end()) {
-    it = cache.emplace(name, json::parse(test::read_file(test::test_data_path("arch/" + name + "/reference.json"))))
-             .first;
-  }
-  return it->second;
-}
+const json& reference(const std::string& name) { return test::fixture_reference("arch/" + name); }
 
 std::vector<TokenId> ids_of(const json& array) { return array.get<std::vector<TokenId>>(); }
 

@@ -47,14 +47,7 @@ using json = nlohmann::json;
 
 std::string fixture_dir(const std::string& name) { return test::test_data_path("hf/" + name); }
 
-const json& reference(const std::string& name) {
-  static std::map<std::string, json> cache;
-  auto it = cache.find(name);
-  if (it == cache.end()) {
-    it = cache.emplace(name, json::parse(test::read_file(fixture_dir(name) + "/reference.json"))).first;
-  }
-  return it->second;
-}
+const json& reference(const std::string& name) { return test::fixture_reference("hf/" + name); }
 
 // The fixture converted to GGUF once per test process.
 std::string converted_gguf(const std::string& name) {

@@ -32,14 +32,7 @@ using json = nlohmann::json;
 
 std::string fixture_dir(const std::string& name) { return test::test_data_path("arch/" + name); }
 
-const json& reference(const std::string& name) {
-  static std::map<std::string, json> cache;
-  auto it = cache.find(name);
-  if (it == cache.end()) {
-    it = cache.emplace(name, json::parse(test::read_file(fixture_dir(name) + "/reference.json"))).first;
-  }
-  return it->second;
-}
+const json& reference(const std::string& name) { return test::fixture_reference("arch/" + name); }
 
 std::vector<TokenId> ids_of(const json& array) { return array.get<std::vector<TokenId>>(); }
 
@@ -59,7 +52,9 @@ TEST_P(MoeFixture, ConfigHasTheArchitecturesRouting) {
       {"mixtral", "llama"}, {"qwen2_moe", "qwen2moe"}, {"qwen3_moe", "qwen3moe"}, {"olmoe", "olmoe"}};
   EXPECT_EQ(c.architecture, arch.at(name));
   EXPECT_EQ(c.moe.normalize_top_k, name != "qwen2_moe" && name != "olmoe") << "norm_topk_prob";
-  if (name == "olmoe") EXPECT_EQ(c.qk_norm, QkNorm::Full);
+  if (name == "olmoe") {
+    EXPECT_EQ(c.qk_norm, QkNorm::Full);
+  }
   for (const LayerWeights& l : model_->weights().layers) {
     EXPECT_TRUE(l.moe.has_experts());
     EXPECT_EQ(l.moe.has_shared_expert(), name == "qwen2_moe");

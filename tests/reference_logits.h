@@ -1,5 +1,5 @@
 // The reference.json reader and the batch-logits check shared by the transformers-reference tests (hf_models_test.cpp,
-// arch_fixtures_test.cpp): every prompt of a reference.json (scripts/gen_hf_fixtures.py's format)
+// arch_fixtures_test.cpp, moe_fixtures_test.cpp): every prompt of a reference.json (scripts/gen_hf_fixtures.py's format)
 // in ONE runner batch, each with its own block tables, against transformers' float32 logits of the
 // positions it recorded. Tolerance 1e-4 * max|logit| + 1e-4 (the argument is in hf_models_test.cpp).
 #pragma once
@@ -32,39 +32,50 @@ inline const nlohmann::json& fixture_reference(const std::string& dir) {
   return it->second;
 }
 
+// The prompts in ONE runner batch, each a sequence with its own block tables and F32 K/V (the
+// model's math, not the cache's rounding): logits of positions logits_from[s].. of each prompt,
+// rows in prompt order.
+inline std::vector<float> batch_logits(const Model& model, const std::vector<std::vector<TokenId>>& prompts,
+                                       const std::vector<int64_t>& logits_from) {
+  const int block_size = 16;
+  const KvLayout layout = model.kv_layout();
+  int64_t blocks_per_seq = 0;
+  for (const auto& p : prompts) {
+    blocks_per_seq = std::max<int64_t>(blocks_per_seq, (int64_t(p.size()) + block_size - 1) / block_size);
+  }
+  RunnerConfig rc;
+  rc.num_threads = 2;
+  rc.kv = model.kv_spec(DType::F32, DType::F32, block_size);
+  rc.group_blocks.assign(layout.group_windows.size(), blocks_per_seq * int64_t(prompts.size()));
+  ModelRunner runner(model, rc);
+  std::vector<std::vector<BlockId>> tables(prompts.size());
+  std::vector<SequenceChunk> chunks;
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    for (int64_t b = 0; b < blocks_per_seq; ++b) tables[s].push_back(BlockId(int64_t(s) * blocks_per_seq + b));
+    SequenceChunk chunk;
+    chunk.tokens = prompts[s];
+    chunk.start_position = 0;
+    chunk.block_tables.assign(layout.group_windows.size(), std::span<const BlockId>(tables[s]));
+    chunk.logits_from = logits_from[s];
+    chunks.push_back(chunk);
+  }
+  const std::span<const float> logits = runner.execute(chunks);
+  return std::vector<float>(logits.begin(), logits.end());
+}
+
 inline void expect_batch_logits_match(const Model& model, const nlohmann::json& reference, const std::string& label) {
   constexpr double kRelativeTolerance = 1e-4;
   constexpr double kAbsoluteTolerance = 1e-4;
   const nlohmann::json& prompts = reference["prompts"];
-  const int block_size = 16;
-  const KvLayout layout = model.kv_layout();
   std::vector<std::vector<TokenId>> tokens;
-  int64_t blocks_per_seq = 0;
+  std::vector<int64_t> logits_from;
+  size_t expected_rows = 0;
   for (const nlohmann::json& p : prompts) {
     tokens.push_back(p["ids"].get<std::vector<TokenId>>());
-    blocks_per_seq = std::max<int64_t>(blocks_per_seq, (int64_t(tokens.back().size()) + block_size - 1) / block_size);
+    logits_from.push_back(p["logits_from"].get<int64_t>());
+    expected_rows += tokens.back().size() - size_t(logits_from.back());
   }
-  RunnerConfig rc;
-  rc.num_threads = 2;
-  // F32 K/V: the model's math against transformers', not the cache's rounding.
-  rc.kv = model.kv_spec(DType::F32, DType::F32, block_size);
-  rc.group_blocks.assign(layout.group_windows.size(), blocks_per_seq * int64_t(prompts.size()));
-  ModelRunner runner(model, rc);
-
-  std::vector<std::vector<BlockId>> tables(prompts.size());
-  std::vector<SequenceChunk> chunks;
-  size_t expected_rows = 0;
-  for (size_t s = 0; s < prompts.size(); ++s) {
-    for (int64_t b = 0; b < blocks_per_seq; ++b) tables[s].push_back(BlockId(int64_t(s) * blocks_per_seq + b));
-    SequenceChunk chunk;
-    chunk.tokens = tokens[s];
-    chunk.start_position = 0;
-    chunk.block_tables.assign(layout.group_windows.size(), std::span<const BlockId>(tables[s]));
-    chunk.logits_from = prompts[s]["logits_from"].get<int64_t>();
-    expected_rows += tokens[s].size() - size_t(chunk.logits_from);
-    chunks.push_back(chunk);
-  }
-  const std::span<const float> logits = runner.execute(chunks);
+  const std::vector<float> logits = batch_logits(model, tokens, logits_from);
   const size_t n_vocab = size_t(model.config().n_vocab);
   ASSERT_EQ(logits.size(), expected_rows * n_vocab);
 

@@ -15,8 +15,10 @@ void route_tokens(const float* logits, int64_t T, const MoeConfig& m, MoeRouting
   r.k = k;
   r.experts.resize(size_t(T * k));
   r.weights.resize(size_t(T * k));
-  std::vector<float> p(static_cast<size_t>(n));
-  std::vector<bool> taken(static_cast<size_t>(n));
+  std::vector<float>& p = r.probs;
+  std::vector<bool>& taken = r.taken;
+  p.resize(size_t(n));
+  taken.resize(size_t(n));
   for (int64_t t = 0; t < T; ++t) {
     const float* l = logits + t * n;
     float max = -std::numeric_limits<float>::infinity();
@@ -66,12 +68,12 @@ void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, Gat
   s.expert_begin.assign(size_t(n_expert + 1), 0);
   for (int64_t i = 0; i < T * k; ++i) ++s.expert_begin[size_t(experts[i]) + 1];
   for (int64_t e = 0; e < n_expert; ++e) s.expert_begin[size_t(e + 1)] += s.expert_begin[size_t(e)];
-  std::vector<int64_t> fill(s.expert_begin.begin(), s.expert_begin.end() - 1);
+  s.expert_fill.assign(s.expert_begin.begin(), s.expert_begin.end() - 1);
   s.pair_row.resize(size_t(T * k));
   s.rows_in.resize(size_t(T * k * n_embd));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t j = 0; j < k; ++j) {
-      const int64_t row = fill[size_t(experts[t * k + j])]++;
+      const int64_t row = s.expert_fill[size_t(experts[t * k + j])]++;
       s.pair_row[size_t(t * k + j)] = row;
       std::copy_n(x + t * n_embd, n_embd, s.rows_in.data() + row * n_embd);
     }

@@ -26,6 +26,8 @@ struct MoeRouting {
   int64_t k = 0;
   std::vector<int32_t> experts;  // [n_tokens][k]
   std::vector<float> weights;    // [n_tokens][k]
+  std::vector<float> probs;      // [n_expert] one token's softmax (working space)
+  std::vector<bool> taken;       // [n_expert] experts already chosen for it (working space)
 };
 
 // Routes T tokens from their router logits [T][m.n_expert] (softmax, top-k, normalization).
@@ -36,6 +38,7 @@ struct MoeScratch {
   std::vector<float> logits;        // [T][n_expert]
   MoeRouting routing;
   std::vector<int64_t> expert_begin;  // [n_expert + 1]: expert e's rows are [begin[e], begin[e+1])
+  std::vector<int64_t> expert_fill;   // [n_expert]: the next free row of each expert while grouping
   std::vector<int64_t> pair_row;      // [T][k]: the grouped row of token t's j-th expert
   std::vector<float> rows_in;       // [T * k][n_embd]   token rows grouped by expert
   std::vector<float> rows_act;      // [T * k][n_ff_expert]   act(gate) * up, grouped like rows_in

@@ -8,6 +8,7 @@
 #include "loader/gguf_reader.h"
 #include "loader/gguf_writer.h"
 #include "model/model.h"
+#include "model_load_error.h"
 #include "test_paths.h"
 
 namespace kestrel {
@@ -39,18 +40,7 @@ std::string mutated_copy(const std::string& name,
 auto keep_key = [](const std::string&, gguf::Value&) { return true; };
 auto keep_tensor = [](gguf::TensorInfo&, std::vector<uint8_t>&) { return true; };
 
-void expect_load_error(const std::string& path, const std::vector<std::string>& phrases) {
-  try {
-    Model::load(path);
-    FAIL() << "loaded " << path;
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find(path), std::string::npos) << "error must name the file: " << message;
-    for (const auto& phrase : phrases) {
-      EXPECT_NE(message.find(phrase), std::string::npos) << "missing '" << phrase << "' in: " << message;
-    }
-  }
-}
+using test::expect_load_error;
 
 TEST(ModelLoad, ReadsStoriesHyperParameters) {
   const auto model = Model::load(stories());

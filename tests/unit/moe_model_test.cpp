@@ -19,6 +19,8 @@
 #include "model/model.h"
 #include "quant/format.h"
 #include "runner/model_runner.h"
+#include "reference_logits.h"
+#include "model_load_error.h"
 #include "test_paths.h"
 
 namespace kestrel {
@@ -119,41 +121,11 @@ std::string write_moe_model(const std::string& name, const MoeFileOptions& o) {
   return path;
 }
 
-void expect_load_error(const std::string& path, const std::vector<std::string>& phrases, const ShardRequest& shard = {}) {
-  try {
-    Model::load(path, shard);
-    FAIL() << "loaded " << path;
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find(path), std::string::npos) << "error must name the file: " << message;
-    for (const auto& phrase : phrases) {
-      EXPECT_NE(message.find(phrase), std::string::npos) << "missing '" << phrase << "' in: " << message;
-    }
-  }
-}
+using test::expect_load_error;
 
 // Logits of every token of each prompt, each prompt a sequence of its own, all in one batch.
 std::vector<std::vector<float>> prompt_logits(const Model& model, const std::vector<std::vector<TokenId>>& prompts) {
-  const int block_size = 16;
-  int64_t blocks_per_seq = 0;
-  for (const auto& p : prompts) blocks_per_seq = std::max<int64_t>(blocks_per_seq, (int64_t(p.size()) + 15) / 16);
-  const KvLayout layout = model.kv_layout();
-  RunnerConfig rc;
-  rc.num_threads = 2;
-  rc.kv = model.kv_spec(DType::F32, DType::F32, block_size);
-  rc.group_blocks.assign(layout.group_windows.size(), blocks_per_seq * int64_t(prompts.size()));
-  ModelRunner runner(model, rc);
-  std::vector<std::vector<BlockId>> tables(prompts.size());
-  std::vector<SequenceChunk> chunks;
-  for (size_t s = 0; s < prompts.size(); ++s) {
-    for (int64_t b = 0; b < blocks_per_seq; ++b) tables[s].push_back(BlockId(int64_t(s) * blocks_per_seq + b));
-    SequenceChunk chunk;
-    chunk.tokens = prompts[s];
-    chunk.block_tables.assign(layout.group_windows.size(), std::span<const BlockId>(tables[s]));
-    chunk.logits_from = 0;
-    chunks.push_back(chunk);
-  }
-  const std::span<const float> logits = runner.execute(chunks);
+  const std::vector<float> logits = test::batch_logits(model, prompts, std::vector<int64_t>(prompts.size(), 0));
   const size_t n_vocab = size_t(model.config().n_vocab);
   std::vector<std::vector<float>> out;
   size_t row = 0;

@@ -20,6 +20,7 @@
 #include "core/half.h"
 #include "quant/blocks.h"
 #include "quant/format.h"
+#include "quant_fixture.h"
 
 namespace kestrel {
 namespace {
@@ -120,35 +121,9 @@ double squared_error(const std::vector<float>& a, const std::vector<float>& b, s
 // ---------------------------------------------------------------------------------------------
 // Fixtures written by llama.cpp
 
-struct Fixture {
-  uint32_t ggml_type = 0, blocks = 0, block_bytes = 0;
-  std::vector<uint8_t> raw;
-  std::vector<float> gguf_py;    // gguf-py's dequantization of raw
-  std::vector<float> original;   // the F32 values llama-quantize quantized
-};
+using Fixture = test::QuantFixture;
 
-Fixture load_fixture(const std::string& name) {
-  std::ifstream in(std::string(KESTREL_TEST_DATA) + "/quant/" + name, std::ios::binary);
-  EXPECT_TRUE(in.good()) << name;
-  char magic[4];
-  uint32_t version = 0;
-  Fixture f;
-  in.read(magic, 4);
-  in.read(reinterpret_cast<char*>(&version), 4);
-  in.read(reinterpret_cast<char*>(&f.ggml_type), 4);
-  in.read(reinterpret_cast<char*>(&f.blocks), 4);
-  in.read(reinterpret_cast<char*>(&f.block_bytes), 4);
-  EXPECT_EQ(std::string(magic, 4), "KQFX");
-  EXPECT_EQ(version, 1u);
-  f.raw.resize(size_t(f.blocks) * f.block_bytes);
-  f.gguf_py.resize(size_t(f.blocks) * kQK);
-  f.original.resize(size_t(f.blocks) * kQK);
-  in.read(reinterpret_cast<char*>(f.raw.data()), std::streamsize(f.raw.size()));
-  in.read(reinterpret_cast<char*>(f.gguf_py.data()), std::streamsize(f.gguf_py.size() * 4));
-  in.read(reinterpret_cast<char*>(f.original.data()), std::streamsize(f.original.size() * 4));
-  EXPECT_TRUE(in.good()) << name << ": truncated";
-  return f;
-}
+Fixture load_fixture(const std::string& name) { return test::read_quant_fixture(name, kQK); }
 
 struct FixtureCase {
   const char* file;

@@ -10,6 +10,7 @@
 
 #include "core/half.h"
 #include "quant/format.h"
+#include "quant_fixture.h"
 #include "test_paths.h"
 
 namespace kestrel {
@@ -18,34 +19,10 @@ namespace {
 constexpr int kBlock = 32;
 constexpr double kU = 0x1p-24;  // float unit roundoff
 
-struct Fixture {
-  uint32_t ggml_type = 0, blocks = 0, block_bytes = 0;
-  std::vector<uint8_t> raw;
-  std::vector<float> gguf_py, original;
-};
+using Fixture = test::QuantFixture;
 
 // Fixture format: scripts/gen_quant_fixtures.py (values per block = 32 here).
-Fixture load(const std::string& name) {
-  std::ifstream in(test::test_data_path("quant/" + name), std::ios::binary);
-  EXPECT_TRUE(in.good()) << name;
-  char magic[4];
-  uint32_t version = 0;
-  Fixture f;
-  in.read(magic, 4);
-  in.read(reinterpret_cast<char*>(&version), 4);
-  in.read(reinterpret_cast<char*>(&f.ggml_type), 4);
-  in.read(reinterpret_cast<char*>(&f.blocks), 4);
-  in.read(reinterpret_cast<char*>(&f.block_bytes), 4);
-  EXPECT_EQ(std::string(magic, 4), "KQFX");
-  f.raw.resize(size_t(f.blocks) * f.block_bytes);
-  f.gguf_py.resize(size_t(f.blocks) * kBlock);
-  f.original.resize(size_t(f.blocks) * kBlock);
-  in.read(reinterpret_cast<char*>(f.raw.data()), std::streamsize(f.raw.size()));
-  in.read(reinterpret_cast<char*>(f.gguf_py.data()), std::streamsize(f.gguf_py.size() * 4));
-  in.read(reinterpret_cast<char*>(f.original.data()), std::streamsize(f.original.size() * 4));
-  EXPECT_TRUE(in.good()) << name << ": truncated";
-  return f;
-}
+Fixture load(const std::string& name) { return test::read_quant_fixture(name, kBlock); }
 
 struct Case {
   const char* file;

@@ -16,10 +16,12 @@
 // Q8_0 formats' AVX2 kernels (kernels_q8_avx2.cpp) do.
 // IQ4_XS: a step is one super-block (136 bytes: F16 d, scales_h, scales_l[4], qs[128]). Each
 // 32-element sub-block is one vector; its madd with the sub-block's signed scale (ls - 32, int16)
-// gives int32 lanes whose sum S over the super-block is exact; acc = fma(float(S), d_w * d_a, acc)
-// on every path (mac, mac_direct, mac_direct2), so decode and batches agree bit for bit.
-// Prefill decodes each row tile once per chunk of steps into an L1 buffer (kernels_tile.h,
-// kPackSteps) and runs every token tile of the block over it.
+// gives int32 lanes, summed exactly over the super-block; a (row, token) accumulator keeps 8 float
+// lanes, acc = fma(float(lanes), d_w * d_a, acc), and is summed horizontally once at the end (a
+// horizontal integer sum and a scalar FMA per super-block cost a third of the prefill time). Every
+// path (mac, mac_direct, the 4-row prefill tile Iq4XsInterleave) runs these operations lane for
+// lane, so decode and batches agree bit for bit.
+#include "backend/cpu/kernels_interleave_avx2.h"
 #include "backend/cpu/kernels_isa.h"
 #include "backend/cpu/kernels_q8_common.h"
 #include "backend/cpu/kernels_q8k_common.h"
@@ -114,7 +116,7 @@ struct Iq4XsKernel {
   static constexpr int64_t kBlockBytes = 136, kStepBytes = kBlockBytes;
   static constexpr int kRows = 4, kTokens = 2, kDecodeRows = 2;
   static constexpr int64_t kPackSteps = 4;  // 4 rows x 4 steps x 800 bytes of W: 12.5 KB of L1
-  using Acc = float;
+  using Acc = __m256;
   struct A {
     const uint8_t* block;
     __m256i q(int j) const { return load256(block + Q8KLayout::kQs + 32 * j); }
@@ -128,7 +130,7 @@ struct Iq4XsKernel {
   };
   static int64_t steps(int64_t k) { return k / 256; }
   static int64_t direct_steps(int64_t k) { return k / 256; }
-  static Acc zero() { return 0.0f; }
+  static Acc zero() { return _mm256_setzero_ps(); }
 
   static float block_d(const uint8_t* p) { return fp16_to_f32(load_u16(p)); }
   // The 8 signed sub-block scales (ls - 32) as int16, in both 128-bit lanes.
@@ -151,7 +153,7 @@ struct Iq4XsKernel {
     return _mm256_madd_epi16(signed_products(magnitude, lv, q), scale);
   }
   static void finish_block(Acc& acc, __m256i lanes, float d, const A& a) {
-    acc = fma1(float(hsum_epi32(lanes)), d * a.d(), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(d * a.d()), acc);
   }
 
   static W load_w(const uint8_t* row, int64_t s) {
@@ -187,24 +189,71 @@ struct Iq4XsKernel {
     const uint8_t* p = row + s * kBlockBytes;
     finish_block(acc, direct_lanes(p, a), block_d(p), a);
   }
-  // mac_direct for two rows: the same float operations per row, in vector lanes.
-  static void mac_direct2(Acc& acc0, Acc& acc1, const uint8_t* row0, const uint8_t* row1, int64_t s, const A& a) {
-    const uint8_t* p0 = row0 + s * kBlockBytes;
-    const uint8_t* p1 = row1 + s * kBlockBytes;
-    const __m256i sums = _mm256_hadd_epi32(direct_lanes(p0, a), direct_lanes(p1, a));
-    __m128i quads = _mm_add_epi32(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
-    quads = _mm_hadd_epi32(quads, quads);  // S0 S1 S0 S1
-    const __m128 scale = _mm_mul_ps(_mm_setr_ps(block_d(p0), block_d(p1), 0.0f, 0.0f), _mm_set1_ps(a.d()));
-    const __m128 acc = _mm_fmadd_ps(_mm_cvtepi32_ps(quads), scale, _mm_setr_ps(acc0, acc1, 0.0f, 0.0f));
-    acc0 = _mm_cvtss_f32(acc);
-    acc1 = _mm_cvtss_f32(_mm_movehdup_ps(acc));
+  static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
+};
+
+// IQ4_XS prefill (n >= kInterleavedTokens, kernels_interleave_avx2.h): 4 rows' super-blocks are
+// decoded once per token block into an L1 buffer (levels, magnitudes and spread scales of each
+// sub-block, row-major: the sign trick needs each product on its own madd, so interleaving rows
+// saves no multiplies here), and each sub-block's 3 decoded vectors of a row are loaded once for 4
+// tokens, whose activation vectors are loaded once for 2 rows. Lane for lane the same integer sums
+// and the same float tail (finish_block) as Iq4XsKernel's paths, so results are bitwise theirs.
+struct Iq4XsInterleave {
+  using Kernel = Iq4XsKernel;
+  struct Block {
+    __m256i levels[4][8], abs[4][8], scale[4][8];  // [row][sub-block]
+    float d[4];                                    // [row]
+  };
+  struct Acc {
+    __m256 row[4];  // each row's float lanes (Iq4XsKernel::Acc)
+  };
+  static constexpr int64_t kChunk = 4;  // 4 x 3 KB of decoded super-blocks
+  static constexpr int64_t kActStepBytes = Q8KLayout::kBlockBytes;
+  static int64_t steps(int64_t k) { return k / 256; }
+  static Acc zero() { return {{_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}}; }
+  static void store(const Acc& acc, float* y) {
+    for (int r = 0; r < 4; ++r) y[r] = hsum(acc.row[r]);
   }
-  static float finish(Acc acc, const uint8_t*) { return acc; }
+  static void interleave(const uint8_t* w, int64_t w_stride, int64_t s, int64_t /*k*/, Block& out) {
+    for (int r = 0; r < 4; ++r) {
+      const Kernel::W row = Kernel::load_w(w + r * w_stride, s);
+      for (int j = 0; j < 8; ++j) {
+        out.levels[r][j] = row.levels[j];
+        out.abs[r][j] = row.abs[j];
+        out.scale[r][j] = row.scale[j];
+      }
+      out.d[r] = row.d;
+    }
+  }
+  // acc[t] (the 4 rows of token t) over super-block b, whose activations start at a[t].
+  template <int T>
+  static void step(const Block& b, const uint8_t* const a[T], Acc acc[T]) {
+    for (int r0 = 0; r0 < 4; r0 += 2) {
+      __m256i lanes[2][T];
+      for (int r = 0; r < 2; ++r) {
+        for (int t = 0; t < T; ++t) lanes[r][t] = _mm256_setzero_si256();
+      }
+      for (int j = 0; j < 8; ++j) {
+        __m256i q[T];
+        for (int t = 0; t < T; ++t) q[t] = load256(a[t] + Q8KLayout::kQs + 32 * j);
+        for (int r = 0; r < 2; ++r) {
+          const __m256i lv = b.levels[r0 + r][j], mag = b.abs[r0 + r][j], scale = b.scale[r0 + r][j];
+          for (int t = 0; t < T; ++t) {
+            lanes[r][t] = _mm256_add_epi32(lanes[r][t], Kernel::sub_block(mag, lv, scale, q[t]));
+          }
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        const Kernel::A act{a[t]};
+        for (int r = 0; r < 2; ++r) Kernel::finish_block(acc[t].row[r0 + r], lanes[r][t], b.d[r0 + r], act);
+      }
+    }
+  }
 };
 
 constexpr FormatKernels kIq4Nl{DType::IQ4_NL, Q8Layout<2, false>::row_bytes, convert_q8_groups<2, false, 0>,
                                matmul_tile<Iq4NlKernel>};
-constexpr FormatKernels kIq4Xs{DType::IQ4_XS, Q8KLayout::row_bytes, convert_q8_k, matmul_tile<Iq4XsKernel>};
+constexpr FormatKernels kIq4Xs{DType::IQ4_XS, Q8KLayout::row_bytes, convert_q8_k, interleaved_matmul<Iq4XsInterleave>};
 
 }  // namespace
 

@@ -19,6 +19,12 @@ config.json is the HF config the GGUF was converted from (provenance only).
                                            tokenizer.model (no dummy prefix)
   phi3               Phi3ForCausalLM       fused qkv_proj and gate_up_proj, no rope_scaling,
                                            SentencePiece tokenizer.model (dummy prefix), GQA
+  phi3_longrope      Phi3ForCausalLM       as phi3 plus LongRoPE (rope_scaling longrope: short and long
+                                           factors, original context 16 of 256) and partial rotary
+                                           0.75 (Phi-3.5 / Phi-4-mini); see longrope_reference_runs
+  internlm2          LlamaForCausalLM      re-saved as InternLM2ForCausalLM (fused wqkv grouped per KV
+                                           head, InternLM2's tensor names; see export_internlm2), GQA,
+                                           SentencePiece tokenizer.model (dummy prefix)
   granite            GraniteForCausalLM    embedding_multiplier 12, residual_multiplier 0.22,
                                            attention_multiplier 0.125 (not 1/sqrt(16)),
                                            logits_scaling 8, GQA
@@ -51,8 +57,8 @@ MoE fixtures: with these weight scales about 1% of routed tokens have a k-th/(k+
 probability gap under 1e-3 and a reference run routes a few hundred tokens per layer, so a gap
 threshold of 1e-3 rejected every seed; 1e-4 still leaves 100x over float32 rounding.
 
-Skipped: InternLM2 and every other model that needs trust_remote_code (no code from the Hub is
-run here).
+Skipped: every model that needs trust_remote_code (no code from the Hub is run here) and whose
+math transformers does not have under another name (InternLM2's is Llama's: see internlm2).
 
 Weights are seeded and drawn at a scale that keeps activations O(1) (matrices std 1/sqrt(fan_in),
 embeddings std 1 (smaller where an embedding multiplier or tied head needs it), norms 1 +- 0.1 or
@@ -115,13 +121,15 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
 import torch
 import transformers
 import tokenizers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_hf_fixtures import (MIN_MARGIN_RATIO, TOKENIZER_STRINGS, read_corpus, reference_runs,  # noqa: E402
+from gen_hf_fixtures import (GREEDY_TOKENS, LOGIT_POSITIONS, MIN_MARGIN_RATIO, PROMPT_TEXTS, TOKENIZER_STRINGS,  # noqa: E402
+                             floats, greedy, read_corpus, reference_runs,
                              save_tokenizer)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -232,6 +240,49 @@ class SpmTok:
 
 
 # ---------------------------------------------------------------------------------------------
+# InternLM2: its modelling code lives on the Hub (trust_remote_code, which is not run here), but
+# its math is Llama's (RMSNorm, RoPE with rotate_half, SwiGLU, no biases) with other tensor names
+# and a fused wqkv. So the fixture is a LlamaForCausalLM (the transformers reference) re-saved in
+# InternLM2's checkpoint layout for the converter (InternLM2Model in llama.cpp's conversion/).
+
+def export_internlm2(model, hf):
+    """Rewrites the Llama checkpoint in hf as an InternLM2 one (config.json, model.safetensors)."""
+    from safetensors.torch import save_file
+    c = model.config
+    n_head, n_kv, hd = c.num_attention_heads, c.num_key_value_heads, c.hidden_size // c.num_attention_heads
+    q_per_kv = n_head // n_kv
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    out = {"model.tok_embeddings.weight": sd["model.embed_tokens.weight"], "model.norm.weight": sd["model.norm.weight"],
+           "output.weight": sd["lm_head.weight"]}
+    for i in range(c.num_hidden_layers):
+        src, dst = f"model.layers.{i}.", f"model.layers.{i}."
+        q = sd[src + "self_attn.q_proj.weight"].reshape(n_kv, q_per_kv, hd, c.hidden_size)
+        k = sd[src + "self_attn.k_proj.weight"].reshape(n_kv, 1, hd, c.hidden_size)
+        v = sd[src + "self_attn.v_proj.weight"].reshape(n_kv, 1, hd, c.hidden_size)
+        # wqkv rows: per KV head, its q_per_kv query heads, then its key head, then its value head.
+        out[dst + "attention.wqkv.weight"] = torch.cat([q, k, v], dim=1).reshape(-1, c.hidden_size).contiguous()
+        out[dst + "attention.wo.weight"] = sd[src + "self_attn.o_proj.weight"]
+        out[dst + "feed_forward.w1.weight"] = sd[src + "mlp.gate_proj.weight"]
+        out[dst + "feed_forward.w3.weight"] = sd[src + "mlp.up_proj.weight"]
+        out[dst + "feed_forward.w2.weight"] = sd[src + "mlp.down_proj.weight"]
+        out[dst + "attention_norm.weight"] = sd[src + "input_layernorm.weight"]
+        out[dst + "ffn_norm.weight"] = sd[src + "post_attention_layernorm.weight"]
+    for name in os.listdir(hf):
+        if name.endswith(".safetensors") or name == "model.safetensors.index.json":
+            os.remove(os.path.join(hf, name))
+    save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(hf, "model.safetensors"), metadata={"format": "pt"})
+    config = {"architectures": ["InternLM2ForCausalLM"], "model_type": "internlm2", "vocab_size": c.vocab_size,
+              "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
+              "num_hidden_layers": c.num_hidden_layers, "num_attention_heads": n_head, "num_key_value_heads": n_kv,
+              "hidden_act": "silu", "max_position_embeddings": c.max_position_embeddings,
+              "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta, "rope_scaling": None, "bias": False,
+              "tie_word_embeddings": False, "bos_token_id": c.bos_token_id, "eos_token_id": c.eos_token_id,
+              "pad_token_id": 0, "torch_dtype": "float32"}
+    with open(os.path.join(hf, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+
+# ---------------------------------------------------------------------------------------------
 # Weights
 
 def randomize(model, seed, gemma, embed_std, router_scale=2.0):
@@ -319,6 +370,47 @@ def check_gguf(llama_cpp, path, vocab_size):
 # ---------------------------------------------------------------------------------------------
 # Fixtures
 
+LONGROPE_ORIGINAL = 16       # phi3_longrope's original_max_position_embeddings
+LONGROPE_SHORT_GREEDY = 8    # short-context greedy runs stay within the original context
+
+
+def longrope_reference_runs(model, hf_tok, seed, architecture, vocab_size):
+    """reference_runs for a LongRoPE model. transformers picks the factors per forward by the
+    sequence length (long ones past original_max_position_embeddings), llama.cpp once by the
+    context size; the two agree on runs that never cross the original context, so:
+    "prompts" (the generic tests, run at a context of 256) keep only the prompts longer than the
+    original context (long factors from the first token), and "short_context" holds the prompts
+    that stay within it, greedy runs included (short factors), for a run at context 16."""
+    rng = np.random.default_rng(seed)
+    long_prompts = [hf_tok.encode(t, add_special_tokens=True) for t in PROMPT_TEXTS]
+    long_prompts = [p for p in long_prompts if len(p) > LONGROPE_ORIGINAL]
+    long_prompts.append([int(x) for x in rng.integers(0, len(hf_tok), size=40)])
+    assert len(long_prompts) >= 2, [len(p) for p in long_prompts]
+    ref = {"architecture": architecture, "transformers": transformers.__version__, "torch": torch.__version__,
+           "tokenizers": tokenizers.__version__, "vocab_size": vocab_size, "sliding_window": 0,
+           "prompts": [], "tokenizer": []}
+    min_margin = float("inf")
+    with torch.no_grad():
+        for prompt in long_prompts:
+            logits = model(torch.tensor([prompt])).logits[0]
+            first = len(prompt) - LOGIT_POSITIONS
+            tokens, margin = greedy(model, prompt, GREEDY_TOKENS)
+            min_margin = min(min_margin, margin)
+            ref["prompts"].append({"ids": prompt, "logits_from": first, "logits": floats(logits[first:]),
+                                   "max_abs_logit": float(logits.abs().max()), "greedy": tokens})
+        short = []
+        for text in ["Tom said", "The dog", "She ran home"]:
+            prompt = hf_tok.encode(text, add_special_tokens=True)
+            assert len(prompt) + LONGROPE_SHORT_GREEDY <= LONGROPE_ORIGINAL, (text, len(prompt))
+            logits = model(torch.tensor([prompt])).logits[0]
+            tokens, margin = greedy(model, prompt, LONGROPE_SHORT_GREEDY)
+            min_margin = min(min_margin, margin)
+            short.append({"ids": prompt, "logits_from": 0, "logits": floats(logits),
+                          "max_abs_logit": float(logits.abs().max()), "greedy": tokens})
+    ref["short_context"] = {"context": LONGROPE_ORIGINAL, "prompts": short}
+    return ref, min_margin
+
+
 def build(spec, out_root, llama_cpp, work):
     # MoE fixtures need many more tries: with a few hundred routed tokens per layer, a router
     # near-tie turns up in many seeds.
@@ -360,7 +452,10 @@ def build_once(spec, seed, out_root, llama_cpp, work):
     k = spec.get("top_k", 0)
     watch = RouterWatch(model, k) if k else None
 
-    ref, min_margin = reference_runs(model, hf_tok, seed, sliding, config.architectures[0], vocab_size)
+    if spec.get("longrope"):
+        ref, min_margin = longrope_reference_runs(model, hf_tok, seed, config.architectures[0], vocab_size)
+    else:
+        ref, min_margin = reference_runs(model, hf_tok, seed, sliding, config.architectures[0], vocab_size)
     max_logit = max(p["max_abs_logit"] for p in ref["prompts"])
     ratio = min_margin / max_logit
     if ratio < MIN_MARGIN_RATIO:
@@ -376,6 +471,8 @@ def build_once(spec, seed, out_root, llama_cpp, work):
                                  "with_special": hf_tok.encode(text, add_special_tokens=True),
                                  "without_special": hf_tok.encode(text, add_special_tokens=False)})
 
+    if spec.get("export"):
+        spec["export"](model, hf)
     folder = os.path.join(out_root, name)
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
@@ -443,6 +540,29 @@ def specs(lines):
         rope_scaling=None, original_max_position_embeddings=512, sliding_window=None, tie_word_embeddings=False,
         bos_token_id=1, eos_token_id=2, pad_token_id=None, architectures=["Phi3ForCausalLM"], **common)
     out.append(dict(name="phi3", cls=T.Phi3ForCausalLM, config=cfg, tok=tok, seed=12))
+
+    # Phi-3.5 / Phi-4-mini style: LongRoPE factors (distinct per frequency, so picking the wrong
+    # list shows) and partial rotary 0.75; original context 16 of 256, so attn_factor
+    # sqrt(1 + ln 16 / ln 16) = sqrt(2).
+    rng = torch.Generator().manual_seed(77)
+    half = int(0.75 * 16) // 2
+    longrope = dict(type="longrope",
+                    short_factor=[round(1.0 + 0.5 * float(x), 4) for x in torch.rand(half, generator=rng)],
+                    long_factor=[round(1.0 + 7.0 * float(x), 4) for x in torch.rand(half, generator=rng)])
+    cfg = T.Phi3Config(
+        vocab_size=tok.vocab_size(), num_hidden_layers=3, rms_norm_eps=1e-5, rope_theta=10000.0,
+        rope_scaling=longrope, partial_rotary_factor=0.75, original_max_position_embeddings=LONGROPE_ORIGINAL,
+        sliding_window=None, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=None,
+        architectures=["Phi3ForCausalLM"], **dict(common, max_position_embeddings=256))
+    # InternLM2 (see export_internlm2): a Llama with GQA and a SentencePiece tokenizer (dummy
+    # prefix), re-saved with a fused wqkv.
+    cfg = T.LlamaConfig(
+        vocab_size=tok.vocab_size(), num_hidden_layers=3, rms_norm_eps=1e-5, rope_theta=10000.0,
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=None,
+        architectures=["LlamaForCausalLM"], **common)
+    out.append(dict(name="internlm2", cls=T.LlamaForCausalLM, config=cfg, tok=tok, seed=14, export=export_internlm2))
+
+    out.append(dict(name="phi3_longrope", cls=T.Phi3ForCausalLM, config=cfg, tok=tok, seed=13, longrope=True))
 
     tok, eos = bpe(380)
     cfg = T.GraniteConfig(

@@ -34,9 +34,9 @@ inline const nlohmann::json& fixture_reference(const std::string& dir) {
 
 // The prompts in ONE runner batch, each a sequence with its own block tables and F32 K/V (the
 // model's math, not the cache's rounding): logits of positions logits_from[s].. of each prompt,
-// rows in prompt order.
+// rows in prompt order. context_length: the cache's (KvCacheSpec; 0: the model's training context).
 inline std::vector<float> batch_logits(const Model& model, const std::vector<std::vector<TokenId>>& prompts,
-                                       const std::vector<int64_t>& logits_from) {
+                                       const std::vector<int64_t>& logits_from, int64_t context_length = 0) {
   const int block_size = 16;
   const KvLayout layout = model.kv_layout();
   int64_t blocks_per_seq = 0;
@@ -46,6 +46,7 @@ inline std::vector<float> batch_logits(const Model& model, const std::vector<std
   RunnerConfig rc;
   rc.num_threads = 2;
   rc.kv = model.kv_spec(DType::F32, DType::F32, block_size);
+  rc.kv.context_length = context_length;
   rc.group_blocks.assign(layout.group_windows.size(), blocks_per_seq * int64_t(prompts.size()));
   ModelRunner runner(model, rc);
   std::vector<std::vector<BlockId>> tables(prompts.size());
@@ -63,7 +64,9 @@ inline std::vector<float> batch_logits(const Model& model, const std::vector<std
   return std::vector<float>(logits.begin(), logits.end());
 }
 
-inline void expect_batch_logits_match(const Model& model, const nlohmann::json& reference, const std::string& label) {
+// `reference` holds a "prompts" list (a reference.json, or a part of one with its own prompts).
+inline void expect_batch_logits_match(const Model& model, const nlohmann::json& reference, const std::string& label,
+                                      int64_t context_length = 0) {
   constexpr double kRelativeTolerance = 1e-4;
   constexpr double kAbsoluteTolerance = 1e-4;
   const nlohmann::json& prompts = reference["prompts"];
@@ -75,7 +78,7 @@ inline void expect_batch_logits_match(const Model& model, const nlohmann::json& 
     logits_from.push_back(p["logits_from"].get<int64_t>());
     expected_rows += tokens.back().size() - size_t(logits_from.back());
   }
-  const std::vector<float> logits = batch_logits(model, tokens, logits_from);
+  const std::vector<float> logits = batch_logits(model, tokens, logits_from, context_length);
   const size_t n_vocab = size_t(model.config().n_vocab);
   ASSERT_EQ(logits.size(), expected_rows * n_vocab);
 

@@ -151,6 +151,7 @@ class Bench {
     config.num_threads = o.threads;
     config.kv = model.kv_spec(o.kv.k_type(), o.kv.v_type(), kBlockSize);
     config.kv.rotate = o.kv.rotate;
+    config.kv.context_length = o.depth + seq_tokens;  // llama-bench's n_ctx: depth + prompt + generated
     config.parallel = parallel;
     num_groups_ = model.kv_layout().group_windows.size();
     config.group_blocks.assign(num_groups_, first_seq_blocks + blocks_per_seq_ * (num_seqs_ - 1));

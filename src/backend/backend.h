@@ -25,7 +25,11 @@ struct RopeParams {
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;     // linear position scaling (1 / factor)
   bool neox = false;           // NeoX order pairs (i, i + n_rot/2); normal order pairs (2i, 2i+1)
-  const float* freq_factors = nullptr;  // [n_rot / 2] divisors of each frequency (Llama 3), or null
+  const float* freq_factors = nullptr;  // [n_rot / 2] divisors of each frequency (Llama 3, LongRoPE), or null
+  // Multiplies cos and sin, so the rotated dimensions of q and k (LongRoPE's magnitude correction
+  // sqrt(1 + ln(s) / ln(original context)) for a context s times the original; llama.cpp's
+  // rope.scaling.attn_factor). Re-rotations (attention sinks) leave it out.
+  float attn_factor = 1.0f;
 };
 
 // K/V storage of one layer in the paged cache (core/kv_spec.h): K and V each

@@ -34,6 +34,9 @@ struct KvCacheSpec {
   // run past the window with bounded memory. rolling_window == 0: off.
   int64_t rolling_window = 0;
   int sink_tokens = 0;
+  // The longest sequence the cache serves (the engine's max_model_len); 0: the model's training
+  // context. LongRoPE models pick their RoPE factors by it, so it is fixed for the cache's life.
+  int64_t context_length = 0;
 
   // Bytes of one row (one token, one KV head) of K / of V.
   int64_t k_row_bytes() const { return dtype_row_bytes(k_type, head_dim); }

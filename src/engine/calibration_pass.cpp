@@ -38,6 +38,7 @@ void run_calibration_pass(const Model& model, std::span<const int32_t> tokens, c
   RunnerConfig config;
   config.num_threads = o.num_threads;
   config.kv = model.kv_spec(DType::F16, DType::F16);
+  config.kv.context_length = o.n_ctx;
   const int block_size = config.kv.block_size;
   const int64_t blocks_per_seq = (o.n_ctx + block_size - 1) / block_size;
   const int num_groups = int(model.kv_layout().group_windows.size());

@@ -25,6 +25,7 @@ int64_t scratch_bytes(const Model& model, const EngineConfig& config) {
 KvCacheSpec make_kv_spec(const Model& model, const EngineConfig& config) {
   KvCacheSpec spec = model.kv_spec(config.kv_type_k, config.kv_type_v, config.block_size);
   spec.rotate = config.kv_rotate;
+  spec.context_length = config.max_model_len > 0 ? config.max_model_len : model.config().n_ctx_train;
   if (config.attention_sinks >= 0) {
     spec.rolling_window = config.max_model_len > 0 ? config.max_model_len : model.config().n_ctx_train;
     spec.sink_tokens = config.attention_sinks;

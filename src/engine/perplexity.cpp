@@ -119,6 +119,8 @@ PerplexityResult compute_perplexity(const Model& model, std::span<const int32_t>
     config.kv = kv;
     config.kv.rolling_window = 0;
     config.kv.sink_tokens = 0;
+    // The context is one chunk, as llama-perplexity's n_ctx (LongRoPE picks its factors by it).
+    if (config.kv.context_length == 0) config.kv.context_length = o.n_ctx;
     config.group_blocks.assign(size_t(int(m.kv_layout().group_windows.size())), blocks_per_seq * seqs_per_batch);
     return std::make_unique<ModelRunner>(m, config);
   };
@@ -230,6 +232,7 @@ PerplexityResult compute_streaming_perplexity(const Model& model, std::span<cons
   KvCacheSpec spec = o.kv;
   spec.rolling_window = window;
   spec.sink_tokens = o.sink_tokens;
+  if (spec.context_length == 0) spec.context_length = window;
   const int bs = spec.block_size;
   const int64_t chunk_tokens = std::max<int64_t>(1, std::min<int64_t>(o.n_batch, window));
   const KvLayout layout = model.kv_layout(spec.rolling_window, spec.sink_tokens);

@@ -129,7 +129,8 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
   rope.n_rot = c.n_rot;
   rope.freq_scale = c.rope_freq_scale;
   rope.neox = c.rope_neox;
-  rope.freq_factors = weights_.rope_freq_factors;
+  rope.freq_factors = weights_.rope_factors_for(kv.spec.context_length, c);
+  rope.attn_factor = c.rope_attn_factor;
 
   PagedAttentionArgs attn;
   attn.num_tokens = T;

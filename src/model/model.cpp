@@ -195,9 +195,19 @@ void Model::load_weights() {
     weights_.output = tied ? rows_of(embd_full, me.vocab_begin, me.vocab_end)
                            : rows_of(matrix_tensor("output.weight", c.n_vocab, c.n_embd), me.vocab_begin, me.vocab_end);
   }
-  if (file_->find_tensor("rope_factors_long.weight") != nullptr || file_->find_tensor("rope_factors_short.weight") != nullptr) {
-    fail("{}: LongRoPE (rope_factors_long / rope_factors_short, as in Phi-3 128k, Phi-3.5 and Phi-4-mini) is not "
-         "supported yet", file_->name());
+  const bool has_long = file_->find_tensor("rope_factors_long.weight") != nullptr;
+  const bool has_short = file_->find_tensor("rope_factors_short.weight") != nullptr;
+  if (has_long != has_short) {
+    fail("{}: LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight; the file has only {}",
+         file_->name(), has_long ? "rope_factors_long.weight" : "rope_factors_short.weight");
+  }
+  if (has_long) {
+    if (c.rope_orig_ctx <= 0) {
+      fail("{}: LongRoPE factors without {}.rope.scaling.original_context_length (which picks long or short)",
+           file_->name(), c.architecture);
+    }
+    weights_.rope_factors_long = vector_tensor("rope_factors_long.weight", c.n_rot / 2);
+    weights_.rope_factors_short = vector_tensor("rope_factors_short.weight", c.n_rot / 2);
   }
   if (file_->find_tensor("rope_freqs.weight") != nullptr) {
     weights_.rope_freq_factors = vector_tensor("rope_freqs.weight", c.n_rot / 2);

@@ -57,6 +57,15 @@ struct ModelWeights {
   WeightView output;                  // [n_vocab][n_embd]; the embedding when tied
   bool tied_output = false;
   const float* rope_freq_factors = nullptr;  // [n_rot / 2] or null
+  const float* rope_factors_long = nullptr;   // [n_rot / 2] LongRoPE, both or neither; rope_freqs wins
+  const float* rope_factors_short = nullptr;
+  // The frequency divisors for a cache serving sequences of up to context_length positions (0:
+  // the model's training context), or null.
+  const float* rope_factors_for(int64_t context_length, const ModelConfig& c) const {
+    if (rope_freq_factors != nullptr || rope_factors_long == nullptr) return rope_freq_factors;
+    const int64_t context = context_length > 0 ? context_length : c.n_ctx_train;
+    return c.rope_orig_ctx > 0 && context > c.rope_orig_ctx ? rope_factors_long : rope_factors_short;
+  }
   std::vector<LayerWeights> layers;
 };
 

@@ -67,6 +67,11 @@ void read_common(const gguf::GgufFile& file, ModelConfig& c) {
     if (!(factor > 0.0)) fail("{}: rope.scaling.factor {} must be positive", file.name(), factor);
     c.rope_freq_scale = float(1.0 / factor);
   }
+  c.rope_orig_ctx = int64_t(file.get_uint(p + "rope.scaling.original_context_length").value_or(0));
+  c.rope_attn_factor = float(file.get_float(p + "rope.scaling.attn_factor").value_or(1.0));
+  if (!(c.rope_attn_factor > 0.0f) || !std::isfinite(c.rope_attn_factor)) {
+    fail("{}: rope.scaling.attn_factor {} must be positive", file.name(), c.rope_attn_factor);
+  }
   if (auto window = file.get_uint(p + "attention.sliding_window"); window && *window > 0) {
     c.sliding_window = int(std::min<uint64_t>(*window, uint64_t(1) << 30));
     c.layer_sliding.assign(size_t(c.n_layer), true);  // every layer, unless the arch says otherwise
@@ -202,8 +207,9 @@ bool apply_dense_variant(const gguf::GgufFile& file, ModelConfig& c) {
 void apply_architecture(const gguf::GgufFile& file, ModelConfig& c) {
   const std::string& a = c.architecture;
   if (apply_dense_variant(file, c)) return;
-  if (a == "llama" || a == "mistral") {
+  if (a == "llama" || a == "mistral" || a == "internlm2") {
     // Mistral: an optional sliding window, on every layer unless a pattern says otherwise.
+    // InternLM2: Llama's math; llama.cpp's converter splits its fused wqkv into q, k, v.
     if (c.sliding_window > 0) read_sliding_pattern(file, c, 0);
     return;
   }
@@ -242,7 +248,7 @@ void apply_architecture(const gguf::GgufFile& file, ModelConfig& c) {
 const std::vector<std::string>& supported_architectures() {
   static const std::vector<std::string> kNames = {
       "llama", "mistral", "qwen2",   "qwen3",     "gemma3",   "gemma2",     "phi3",     "granite",
-      "olmo2", "smollm3", "command-r", "stablelm", "starcoder2", "qwen2moe", "qwen3moe", "olmoe"};
+      "olmo2", "smollm3", "command-r", "stablelm", "starcoder2", "internlm2", "qwen2moe", "qwen3moe", "olmoe"};
   return kNames;
 }
 

@@ -40,6 +40,11 @@ struct ModelConfig {
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;
   bool rope_neox = false;    // NeoX pairs (i, i + n_rot/2) instead of (2i, 2i + 1)
+  // LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini): the file's rope_factors_long are used when the
+  // context a cache serves exceeds rope_orig_ctx, rope_factors_short otherwise (as llama.cpp
+  // picks them), and cos/sin are scaled by rope_attn_factor either way.
+  int64_t rope_orig_ctx = 0;        // rope.scaling.original_context_length; 0: not given
+  float rope_attn_factor = 1.0f;    // rope.scaling.attn_factor
 
   // Architecture features (all off for Llama). Biases on any linear layer and on the norms are
   // used wherever the file has them (StableLM, Starcoder2, Granite); qkv_bias makes q/k/v's required.

@@ -76,6 +76,16 @@ TEST_P(ArchModel, ConfigHasTheArchitecturesFeatures) {
               c.q_width() * c.n_embd * int64_t(sizeof(float)));
     EXPECT_EQ(l0.w_up.rows, c.n_ff);
   }
+  if (name == "phi3_longrope") {
+    EXPECT_NE(w.rope_factors_long, nullptr);
+    EXPECT_NE(w.rope_factors_short, nullptr);
+    EXPECT_EQ(c.rope_orig_ctx, 16);
+    EXPECT_NEAR(c.rope_attn_factor, std::sqrt(2.0f), 1e-6f);
+    EXPECT_EQ(c.n_rot, 12) << "partial rotary 0.75 of 16";
+    EXPECT_EQ(w.rope_factors_for(0, c), w.rope_factors_long) << "the training context, 256, is past 16";
+    EXPECT_EQ(w.rope_factors_for(16, c), w.rope_factors_short);
+    EXPECT_EQ(w.rope_factors_for(17, c), w.rope_factors_long);
+  }
   if (name == "granite") {
     EXPECT_FLOAT_EQ(c.embedding_scale, 12.0f);
     EXPECT_FLOAT_EQ(c.residual_scale, 0.22f);
@@ -118,10 +128,10 @@ TEST_P(ArchModel, ConfigHasTheArchitecturesFeatures) {
 TEST_P(ArchModel, BatchLogitsMatchTransformers) { test::expect_batch_logits_match(*model_, ref(), GetParam()); }
 
 std::vector<std::vector<TokenId>> generate(const Model& model, const std::vector<std::vector<TokenId>>& prompts,
-                                           int max_tokens) {
+                                           int max_tokens, int64_t max_model_len = 256) {
   EngineConfig config;
   config.num_threads = 2;
-  config.max_model_len = 256;
+  config.max_model_len = max_model_len;
   config.kv_type_k = config.kv_type_v = DType::F32;
   return test::generate_greedy(model, {}, config, prompts, std::vector<int>(prompts.size(), max_tokens)).outputs;
 }
@@ -147,7 +157,7 @@ TEST_P(ArchModel, TokenizerMatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ArchModel,
-                         testing::Values("gemma2", "phi3", "granite", "olmo2", "smollm3", "starcoder2", "stablelm",
+                         testing::Values("gemma2", "phi3", "phi3_longrope", "internlm2", "granite", "olmo2", "smollm3", "starcoder2", "stablelm",
                                          "stablelm_parallel", "cohere", "cohere_qknorm"),
                          [](const testing::TestParamInfo<std::string>& info) { return info.param; });
 
@@ -165,9 +175,49 @@ TEST(ArchModelSplit, FullWidthQkNormRefusesTensorParallel) {
   }
 }
 
-// A Phi-3 file with LongRoPE factors (Phi-3 128k, Phi-3.5, Phi-4-mini) is refused by name, not run
-// with the factors ignored.
-TEST(ArchModelErrors, LongRopeFactorsAreRefusedNotIgnored) {
+// LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini): the generic tests run phi3_longrope at a context
+// of 256, past its original 16, where both engines use the long factors; at a context of 16
+// Kestrel uses the short ones, as transformers does for sequences that stay within 16 positions.
+// The two factor lists differ in every frequency, so a wrong pick or a missing attn_factor is
+// O(max|logit|) off.
+TEST(ArchLongRope, ShortContextUsesTheShortFactors) {
+  const auto model = Model::load(fixture_gguf("phi3_longrope"));
+  const json& short_context = reference("phi3_longrope")["short_context"];
+  const int64_t context = short_context["context"].get<int64_t>();
+  test::expect_batch_logits_match(*model, short_context, "phi3_longrope short context", context);
+  std::vector<std::vector<TokenId>> prompts;
+  for (const json& p : short_context["prompts"]) prompts.push_back(ids_of(p["ids"]));
+  const int greedy = int(short_context["prompts"][0]["greedy"].size());
+  const auto outputs = generate(*model, prompts, greedy, context);
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    EXPECT_EQ(outputs[s], ids_of(short_context["prompts"][s]["greedy"])) << "prompt " << s;
+  }
+}
+
+// The long-context prompts at a context within the original one (short factors) must NOT match:
+// the test above and the generic ones could otherwise pass with the factors ignored.
+TEST(ArchLongRope, TheFactorsChangeTheLogits) {
+  const auto model = Model::load(fixture_gguf("phi3_longrope"));
+  const json& prompt = reference("phi3_longrope")["prompts"][0];
+  const std::vector<TokenId> ids = ids_of(prompt["ids"]);
+  const int64_t from = prompt["logits_from"].get<int64_t>();
+  const std::vector<float> expected = prompt["logits"].get<std::vector<float>>();
+  for (int64_t context : {int64_t(16), int64_t(0)}) {
+    const std::vector<float> logits = test::batch_logits(*model, {ids}, {from}, context);
+    ASSERT_EQ(logits.size(), expected.size());
+    double max_error = 0.0;
+    for (size_t i = 0; i < logits.size(); ++i) max_error = std::max(max_error, double(std::fabs(logits[i] - expected[i])));
+    const double max_logit = prompt["max_abs_logit"].get<double>();
+    if (context == 0) {
+      EXPECT_LE(max_error, 1e-4 * max_logit + 1e-4) << "long factors";
+    } else {
+      EXPECT_GT(max_error, 0.05 * max_logit) << "short factors on a long-context reference";
+    }
+  }
+}
+
+// A file with only one of the two LongRoPE factor tensors is refused, naming the missing one.
+TEST(ArchModelErrors, LongRopeWithOneFactorListIsRefused) {
   const auto source = gguf::GgufFile::open(fixture_gguf("phi3"));
   gguf::GgufWriter writer;
   for (const gguf::KeyValue& kv : source->metadata()) writer.set(kv.key, kv.value);
@@ -184,7 +234,7 @@ TEST(ArchModelErrors, LongRopeFactorsAreRefusedNotIgnored) {
     Model::load(path);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("LongRoPE"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("has only rope_factors_long.weight"), std::string::npos) << e.what();
   }
 }
 

@@ -97,6 +97,12 @@ void CpuBackend::rope(float* x, const int32_t* positions, int64_t n, int n_heads
   for (int64_t t = 0; t < n; ++t) {
     // The angles once per token, for all its heads.
     cpu::rope_angles(float(positions[t]), params, inv_freq.data(), cos_theta.data(), sin_theta.data());
+    if (params.attn_factor != 1.0f) {
+      for (size_t i = 0; i < half; ++i) {
+        cos_theta[i] *= params.attn_factor;
+        sin_theta[i] *= params.attn_factor;
+      }
+    }
     for (int h = 0; h < n_heads; ++h) {
       cpu::rope_apply(x + (t * n_heads + h) * head_dim, params, cos_theta.data(), sin_theta.data());
     }

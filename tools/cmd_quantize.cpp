@@ -47,6 +47,7 @@ struct QuantizeOptions {
 DType tensor_type(const std::string& name, const char* option) {
   const auto type = dtype_from_name(name);
   if (!type || quant::find_format(*type) == nullptr) fail("{} {}: not a type Kestrel can write", option, name);
+  quant::require_quantizer(*type);  // a read-only format: the error names it
   return *type;
 }
 

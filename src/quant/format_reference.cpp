@@ -189,7 +189,7 @@ float vec_dot_q4_0_q8_0(const void* w, const void* a, int64_t n) {
 
 using namespace ref;  // NOLINT: the table below names every reference kernel
 
-constexpr std::array<WeightFormat, 24> kFormats{{
+constexpr std::array<WeightFormat, 29> kFormats{{
     {DType::F32, 1, 4, quantize_row_f32, dequantize_row_f32, DType::F32, vec_dot_f32},
     {DType::F16, 1, 2, quantize_row_f16, dequantize_row_f16, DType::F16, vec_dot_f16},
     {DType::BF16, 1, 2, quantize_row_bf16, dequantize_row_bf16, DType::BF16, vec_dot_bf16},
@@ -206,6 +206,12 @@ constexpr std::array<WeightFormat, 24> kFormats{{
     {DType::Q8_K, 256, 292, quantize_row_q8_K, dequantize_row_q8_K, DType::Q8_K, vec_dot_q8_K_q8_K},
     {DType::IQ4_NL, 32, 18, quantize_row_iq4_nl, dequantize_row_iq4_nl, DType::Q8_0, vec_dot_iq4_nl_q8_0, 0, quantize_row_iq4_nl_weighted},
     {DType::IQ4_XS, 256, 136, quantize_row_iq4_xs, dequantize_row_iq4_xs, DType::Q8_K, vec_dot_iq4_xs_q8_K, 0, quantize_row_iq4_xs_weighted},
+    // Read-only: no quantizer (see format.h).
+    {DType::IQ2_XXS, 256, 66, nullptr, dequantize_row_iq2_xxs, DType::Q8_K, vec_dot_iq2_xxs_q8_K},
+    {DType::IQ2_XS, 256, 74, nullptr, dequantize_row_iq2_xs, DType::Q8_K, vec_dot_iq2_xs_q8_K},
+    {DType::IQ2_S, 256, 82, nullptr, dequantize_row_iq2_s, DType::Q8_K, vec_dot_iq2_s_q8_K},
+    {DType::IQ1_S, 256, 50, nullptr, dequantize_row_iq1_s, DType::Q8_K, vec_dot_iq1_s_q8_K},
+    {DType::IQ1_M, 256, 56, nullptr, dequantize_row_iq1_m, DType::Q8_K, vec_dot_iq1_m_q8_K},
     {DType::INT8_PC, 32, 32, quantize_row_int8_pc, dequantize_row_int8_pc, DType::Q8_0,
      vec_dot_int8_pc_q8_0, kPerChannelHeaderBytes},
     {DType::INT4_SYM_G32, 32, 18, quantize_row_int4_sym<32>, dequantize_row_int4_sym<32>,
@@ -243,6 +249,16 @@ const WeightFormat& require_format(DType type) {
     supported += dtype_name(format.type);
   }
   fail("weight type {} is not supported yet (supported: {})", dtype_name(type), supported);
+}
+
+const WeightFormat& require_quantizer(DType type) {
+  const WeightFormat& format = require_format(type);
+  if (format.quantize_row == nullptr) {
+    fail("weight type {} can be read but not written: Kestrel has no quantizer for it (llama.cpp's needs an "
+         "importance matrix; use llama-quantize --imatrix)",
+         dtype_name(type));
+  }
+  return format;
 }
 
 }  // namespace kestrel::quant

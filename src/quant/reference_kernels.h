@@ -70,6 +70,18 @@ void quantize_row_iq4_xs_weighted(const float* src, void* dst, int64_t n, const 
 void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n);
 float vec_dot_iq4_xs_q8_K(const void* w, const void* a, int64_t n);
 
+// llama.cpp's grid formats (iq_grid_quants.cpp), Q8_K activations, no quantizer.
+void dequantize_row_iq2_xxs(const void* src, float* dst, int64_t n);
+void dequantize_row_iq2_xs(const void* src, float* dst, int64_t n);
+void dequantize_row_iq2_s(const void* src, float* dst, int64_t n);
+void dequantize_row_iq1_s(const void* src, float* dst, int64_t n);
+void dequantize_row_iq1_m(const void* src, float* dst, int64_t n);
+float vec_dot_iq2_xxs_q8_K(const void* w, const void* a, int64_t n);
+float vec_dot_iq2_xs_q8_K(const void* w, const void* a, int64_t n);
+float vec_dot_iq2_s_q8_K(const void* w, const void* a, int64_t n);
+float vec_dot_iq1_s_q8_K(const void* w, const void* a, int64_t n);
+float vec_dot_iq1_m_q8_K(const void* w, const void* a, int64_t n);
+
 // Kestrel's integer formats (int_formats.cpp).
 void quantize_row_int8_pc(const float* src, void* dst, int64_t n);
 void dequantize_row_int8_pc(const void* src, float* dst, int64_t n);

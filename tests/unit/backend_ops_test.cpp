@@ -36,6 +36,7 @@
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "iq_grid_blocks.h"
 #include "isa_env.h"
 #include "quant/blocks.h"
 #include "quant/format.h"
@@ -150,6 +151,10 @@ Weights random_weights(const WeightFormat& format, int64_t rows, int64_t cols, s
   for (int64_t r = 0; r < rows; ++r) {
     // Rows of different scales, and an offset so asymmetric formats see one-sided groups.
     const float scale = std::ldexp(1.0f, int(r % 5) - 2);
+    if (format.quantize_row == nullptr) {  // a read-only format: random valid blocks
+      test::random_iq_grid_row(format.type, cols, scale, rng, w.bytes.data() + r * w.row_bytes);
+      continue;
+    }
     const float offset = r % 3 == 0 ? 0.5f : 0.0f;
     for (float& v : src) v = scale * (dist(rng) + offset);
     format.quantize_row(src.data(), w.bytes.data() + r * w.row_bytes, cols);
@@ -505,10 +510,13 @@ double identity_value(DType type) {
   }
 }
 
-// IQ4_NL and IQ4_XS have no zero level, so no row of theirs is a row of the identity; their
-// kernels reuse converters checked here (Q4_0's, Q4_K's and Q6_K's) and meet the reference within
-// the tight tolerance above, which a misplaced element exceeds.
-bool has_identity(DType type) { return type != DType::IQ4_NL && type != DType::IQ4_XS; }
+// IQ4_NL, IQ4_XS and the IQ2/IQ1 grid formats have no zero level (nor, for IQ1, a zero value),
+// so no row of theirs is a row of the identity; their kernels reuse converters checked here
+// (Q4_0's, Q4_K's and Q6_K's) and meet the reference within the tight tolerance above, which a
+// misplaced element exceeds.
+bool has_identity(DType type) {
+  return type != DType::IQ4_NL && type != DType::IQ4_XS && !test::is_iq_grid_format(type);
+}
 
 TEST(KernelIdentity, ConvertersAndElementOrderAreExact) {
   std::mt19937 rng(99);
@@ -563,7 +571,8 @@ TEST(CpuBackendIsa, EveryIsaThroughTheBackend) {
     auto one = make_cpu_backend(1);
     auto two = make_cpu_backend(2);
     for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K,
-                       DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::INT8_PC, DType::INT4_SYM_G128,
+                       DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::IQ2_XXS, DType::IQ1_M,
+                       DType::INT8_PC, DType::INT4_SYM_G128,
                        DType::INT4_ASYM_G32, DType::FP8_E4M3_PC}) {
       const WeightFormat& format = quant::require_format(type);
       const int64_t rows = 45;

@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "dist/shm_group.h"
+#include "iq_grid_blocks.h"
 #include "model/model.h"
 #include "model/model_shard.h"
 #include "quant/format.h"
@@ -128,7 +129,14 @@ Encoded encode(const quant::WeightFormat& f, const std::vector<float>& w, int64_
   Encoded e;
   const int64_t rb = quant::row_bytes(f, cols);
   e.bytes.resize(size_t(rows * rb));
-  for (int64_t r = 0; r < rows; ++r) f.quantize_row(w.data() + r * cols, e.bytes.data() + r * rb, cols);
+  std::mt19937 rng(uint32_t(f.type));
+  for (int64_t r = 0; r < rows; ++r) {
+    if (f.quantize_row != nullptr) {
+      f.quantize_row(w.data() + r * cols, e.bytes.data() + r * rb, cols);
+    } else {  // a read-only format: random valid blocks
+      test::random_iq_grid_row(f.type, cols, 0.01f, rng, e.bytes.data() + r * rb);
+    }
+  }
   e.view = WeightView{f.type, rows, cols, e.bytes.data()};
   return e;
 }

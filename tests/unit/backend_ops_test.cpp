@@ -257,7 +257,8 @@ TEST(KernelTables, SimdTablesHaveTheMainFormats) {
     const KernelTable& table = *cpu::kernels_for(isa);
     for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
                        DType::Q5_0, DType::Q5_1, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
-                       DType::IQ4_XS, DType::INT8_PC, DType::INT4_SYM_G32,
+                       DType::IQ4_XS, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ1_S, DType::IQ1_M,
+                       DType::INT8_PC, DType::INT4_SYM_G32,
                        DType::INT4_SYM_G64, DType::INT4_SYM_G128, DType::INT4_ASYM_G32,
                        DType::INT4_ASYM_G64, DType::INT4_ASYM_G128, DType::FP8_E4M3_PC}) {
       EXPECT_NE(table.for_weights(type), nullptr) << table.name << " " << dtype_name(type);

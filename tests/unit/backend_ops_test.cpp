@@ -258,9 +258,8 @@ TEST(KernelTables, SimdTablesHaveTheMainFormats) {
     for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
                        DType::Q5_0, DType::Q5_1, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
                        DType::IQ4_XS, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ1_S, DType::IQ1_M,
-                       DType::INT8_PC, DType::INT4_SYM_G32,
-                       DType::INT4_SYM_G64, DType::INT4_SYM_G128, DType::INT4_ASYM_G32,
-                       DType::INT4_ASYM_G64, DType::INT4_ASYM_G128, DType::FP8_E4M3_PC}) {
+                       DType::INT8_PC, DType::INT4_SYM_G32, DType::INT4_SYM_G64, DType::INT4_SYM_G128,
+                       DType::INT4_ASYM_G32, DType::INT4_ASYM_G64, DType::INT4_ASYM_G128, DType::FP8_E4M3_PC}) {
       EXPECT_NE(table.for_weights(type), nullptr) << table.name << " " << dtype_name(type);
     }
   }
@@ -511,13 +510,10 @@ double identity_value(DType type) {
   }
 }
 
-// IQ4_NL, IQ4_XS and the IQ2/IQ1 grid formats have no zero level (nor, for IQ1, a zero value),
-// so no row of theirs is a row of the identity; their kernels reuse converters checked here
-// (Q4_0's, Q4_K's and Q6_K's) and meet the reference within the tight tolerance above, which a
-// misplaced element exceeds.
-bool has_identity(DType type) {
-  return type != DType::IQ4_NL && type != DType::IQ4_XS && !test::is_iq_grid_format(type);
-}
+// IQ4_NL, IQ4_XS and the IQ2/IQ1 grid formats have no zero value, so no row of theirs is a row of
+// the identity; their kernels reuse converters checked here (Q4_0's, Q4_K's and Q6_K's) and meet
+// the reference within the tight tolerance above, which a misplaced element exceeds.
+bool has_identity(DType t) { return t != DType::IQ4_NL && t != DType::IQ4_XS && !test::is_iq_grid_format(t); }
 
 TEST(KernelIdentity, ConvertersAndElementOrderAreExact) {
   std::mt19937 rng(99);
@@ -573,8 +569,7 @@ TEST(CpuBackendIsa, EveryIsaThroughTheBackend) {
     auto two = make_cpu_backend(2);
     for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K,
                        DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::IQ2_XXS, DType::IQ1_M,
-                       DType::INT8_PC, DType::INT4_SYM_G128,
-                       DType::INT4_ASYM_G32, DType::FP8_E4M3_PC}) {
+                       DType::INT8_PC, DType::INT4_SYM_G128, DType::INT4_ASYM_G32, DType::FP8_E4M3_PC}) {
       const WeightFormat& format = quant::require_format(type);
       const int64_t rows = 45;
       const int64_t k = lengths_for(format)[1];

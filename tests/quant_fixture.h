@@ -1,9 +1,9 @@
 // The llama.cpp-quantized block fixtures under tests/data/quant/, read for the quant tests:
-//  "KQFX" (scripts/gen_quant_fixtures.py): magic, version, ggml type, blocks, block bytes; the raw
-//         blocks, gguf-py's dequantization, the F32 values llama-quantize quantized (the caller
-//         gives the values per block);
-//  "IQFX" (scripts/gen_iq_fixtures.py): the same header plus values per block; raw blocks and
-//         gguf-py's dequantization only.
+//  "KQFX" (scripts/gen_quant_fixtures.py, gen_tq_mxfp4_fixtures.py): magic, version, ggml type,
+//         blocks, block bytes; the raw blocks, gguf-py's dequantization, the F32 values
+//         llama-quantize (or gguf-py's quantize) quantized (the caller gives the values per block);
+//  "IQFX" (scripts/gen_iq_fixtures.py, gen_tq_mxfp4_fixtures.py): the same header plus values
+//         per block; raw blocks and gguf-py's dequantization only.
 #pragma once
 
 #include <gtest/gtest.h>

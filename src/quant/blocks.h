@@ -178,6 +178,54 @@ inline int iq4xs_scale(const BlockIQ4_XS& b, int j) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// llama.cpp's ternary formats (BitNet b1.58, TriLMs): super-blocks of 256 values in {-1, 0, 1}
+// times one F16 scale d (the block's largest magnitude); activations Q8_K.
+
+// TQ2_0: 2 bits per value, code c in [0, 3], x = d * (c - 1) (quantizers write 0..2; code 3
+// decodes to 2d). Byte 32h + m of qs holds values 128h + 32l + m at bits 2l, 2l + 1 (l = 0..3).
+struct BlockTQ2_0 {
+  uint8_t qs[kQK_K / 4];
+  uint16_t d;  // F16 bits
+};
+static_assert(sizeof(BlockTQ2_0) == 66);
+
+// TQ1_0: 5 trits per byte, base 3, stored as the fraction ceil(t * 256 / 243) of the 5-trit
+// number t (first trit most significant), so trit n of a byte b is (uint8(b * 3^n) * 3) >> 8;
+// x = d * (trit - 1). qs[m], m < 32: trit n is value 32n + m (values 0..159); qs[32 + m],
+// m < 16: trit n is value 160 + 16n + m (160..239); qh[j], j < 4: trits 0..3 (the fifth is 0)
+// are values 240 + 4n + j.
+struct BlockTQ1_0 {
+  uint8_t qs[48];
+  uint8_t qh[4];
+  uint16_t d;  // F16 bits
+};
+static_assert(sizeof(BlockTQ1_0) == 54);
+
+// Trit n (0..4) of a TQ1_0 byte: 0, 1 or 2 for every byte value.
+inline int tq1_trit(uint8_t byte, int n) {
+  constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  return (uint8_t(byte * kPow3[n]) * 3) >> 8;
+}
+
+// ---------------------------------------------------------------------------------------------
+// MXFP4 (OCP microscaling, as gpt-oss uses): blocks of 32 E2M1 values sharing an E8M0 exponent
+// e; x = 2^(e - 128) * kMXFP4Levels[index] (the levels are E2M1 values doubled, so the scale is
+// half of E8M0's 2^(e - 127); e = 0 and 1 give the subnormals 2^-128, 2^-127). Nibble order as
+// Q4_0: byte j holds element j (low nibble) and j + 16 (high). Activations Q8_0.
+inline constexpr int8_t kMXFP4Levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+inline constexpr int kMXFP4BlockSize = 32;
+
+struct BlockMXFP4 {
+  uint8_t e;  // E8M0 exponent
+  uint8_t qs[kMXFP4BlockSize / 2];
+};
+static_assert(sizeof(BlockMXFP4) == 17);
+
+// 2^(e - 128) as llama.cpp's ggml_e8m0_to_fp32_half builds it: F32 bits (e - 1) << 23 for e >= 2,
+// the subnormals 0x00200000 << e below (e = 255 is 2^127, not NaN).
+inline uint32_t mxfp4_scale_bits(uint8_t e) { return e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23; }
+
+// ---------------------------------------------------------------------------------------------
 // Kestrel's own formats (DType ids >= 1000, see core/dtype.h).
 
 // INT4 per group of G values. Byte l of qs holds element l in its low nibble and element l + G/2

@@ -81,6 +81,16 @@ float vec_dot_iq2_xs_q8_K(const void* w, const void* a, int64_t n);
 float vec_dot_iq2_s_q8_K(const void* w, const void* a, int64_t n);
 float vec_dot_iq1_s_q8_K(const void* w, const void* a, int64_t n);
 float vec_dot_iq1_m_q8_K(const void* w, const void* a, int64_t n);
+// llama.cpp's ternary formats (ternary_quants.cpp), with Q8_K; MXFP4 (mxfp4_quants.cpp), with Q8_0.
+void quantize_row_tq1_0(const float* src, void* dst, int64_t n);
+void dequantize_row_tq1_0(const void* src, float* dst, int64_t n);
+float vec_dot_tq1_0_q8_K(const void* w, const void* a, int64_t n);
+void quantize_row_tq2_0(const float* src, void* dst, int64_t n);
+void dequantize_row_tq2_0(const void* src, float* dst, int64_t n);
+float vec_dot_tq2_0_q8_K(const void* w, const void* a, int64_t n);
+void quantize_row_mxfp4(const float* src, void* dst, int64_t n);
+void dequantize_row_mxfp4(const void* src, float* dst, int64_t n);
+float vec_dot_mxfp4_q8_0(const void* w, const void* a, int64_t n);
 
 // Kestrel's integer formats (int_formats.cpp).
 void quantize_row_int8_pc(const float* src, void* dst, int64_t n);

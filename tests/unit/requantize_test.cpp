@@ -156,6 +156,10 @@ TEST(QuantRecipe, FallbacksForRowsThatDoNotFit) {
   EXPECT_EQ(quant_type_that_fits(DType::IQ4_XS, 100), DType::F16);
   EXPECT_EQ(quant_type_that_fits(DType::IQ4_NL, 96), DType::IQ4_NL);
   EXPECT_EQ(quant_type_that_fits(DType::IQ4_NL, 100), DType::F16);
+  EXPECT_EQ(quant_type_that_fits(DType::TQ1_0, 96), DType::Q4_0);  // llama.cpp: TQ1_0, TQ2_0 -> Q4_0
+  EXPECT_EQ(quant_type_that_fits(DType::TQ2_0, 256), DType::TQ2_0);
+  EXPECT_EQ(quant_type_that_fits(DType::TQ2_0, 100), DType::F16);
+  EXPECT_EQ(quant_type_that_fits(DType::MXFP4, 96), DType::MXFP4);
   // INT4 groups: the same kind with the largest group that fits, else F16.
   EXPECT_EQ(quant_type_that_fits(DType::INT4_SYM_G128, 192), DType::INT4_SYM_G64);
   EXPECT_EQ(quant_type_that_fits(DType::INT4_ASYM_G128, 96), DType::INT4_ASYM_G32);
@@ -193,6 +197,10 @@ TEST(QuantRecipe, NamesAndFileTypes) {
   EXPECT_EQ(find_quant_recipe("iq4_nl")->file_type, 25u);  // LLAMA_FTYPE_MOSTLY_IQ4_NL
   EXPECT_EQ(find_quant_recipe("IQ4_XS")->file_type, 30u);  // LLAMA_FTYPE_MOSTLY_IQ4_XS
   EXPECT_EQ(find_quant_recipe("IQ4_XS")->mix, QuantMix::Pure);
+  EXPECT_EQ(find_quant_recipe("tq1_0")->file_type, 36u);  // LLAMA_FTYPE_MOSTLY_TQ1_0
+  EXPECT_EQ(find_quant_recipe("TQ2_0")->file_type, 37u);  // LLAMA_FTYPE_MOSTLY_TQ2_0
+  EXPECT_EQ(find_quant_recipe("MXFP4")->file_type, 38u);  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
+  EXPECT_EQ(find_quant_recipe("MXFP4")->base, DType::MXFP4);
   EXPECT_FALSE(find_quant_recipe("Q2_K")) << "no Q2_K kernels yet";
   EXPECT_FALSE(find_quant_recipe("Q8_K")) << "an activation type, not a weight type";
   EXPECT_FALSE(find_quant_recipe(""));
@@ -369,6 +377,39 @@ TEST(Requantize, Iq4XsEndToEnd) {
   }
   EXPECT_EQ(worst.count(DType::IQ4_NL), 1u) << "the model has rows of 96";
   for (const auto& [type, err] : worst) std::printf("  %s: largest relative RMSE %.4f\n", std::string(dtype_name(type)).c_str(), err);
+}
+
+TEST(Requantize, TernaryAndMxfp4EndToEnd) {
+  // `kestrel quantize IN OUT TQ1_0|TQ2_0|MXFP4`: llama.cpp's file types 36, 37, 38; rows of 96 fall
+  // back to Q4_0 for the ternary types (tensor_type_fallback) and stay MXFP4 (blocks of 32).
+  const std::string dir = test::scratch_dir("requantize_tq_mxfp4");
+  std::map<std::string, std::vector<float>> values;
+  const std::string input = write_model(dir, &values);
+  for (const char* name : {"TQ1_0", "TQ2_0", "MXFP4"}) {
+    const QuantRecipe recipe = *find_quant_recipe(name);
+    const std::string path = dir + "/" + name + ".gguf";
+    requantize_gguf(input, path, recipe, [](const RequantizeNote&) {});
+    const auto out = gguf::GgufFile::open(path);
+    EXPECT_EQ(out->get_uint("general.file_type"), recipe.file_type) << name;
+    for (const gguf::TensorInfo& t : out->tensors()) {
+      if (t.dims.size() < 2) continue;
+      const bool ternary = recipe.base != DType::MXFP4;
+      const DType expected = t.dims[0] == 256 ? recipe.base
+                             : t.dims[0] == 96 ? (ternary ? DType::Q4_0 : DType::MXFP4)
+                                               : DType::F16;
+      EXPECT_EQ(t.type, expected) << name << " " << t.name;
+      // Each row as the format's quantizer writes it: the stored values are its round trip.
+      const quant::WeightFormat& f = quant::require_format(t.type);
+      const std::vector<float>& x = values[t.name];
+      std::vector<uint8_t> bytes(size_t(quant::row_bytes(f, t.dims[0])));
+      std::vector<float> expect(x.size());
+      for (int64_t r = 0; r < t.num_elements / t.dims[0]; ++r) {
+        f.quantize_row(x.data() + r * t.dims[0], bytes.data(), t.dims[0]);
+        f.dequantize_row(bytes.data(), expect.data() + r * t.dims[0], t.dims[0]);
+      }
+      EXPECT_EQ(dequantize_tensor(t), expect) << name << " " << t.name;
+    }
+  }
 }
 
 TEST(Requantize, ErrorCases) {

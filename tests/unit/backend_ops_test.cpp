@@ -139,6 +139,23 @@ void fill_magnitudes(Weights& w) {
   }
 }
 
+// Formats whose quantizer never writes some valid codes (TQ1_0 bytes above 242, TQ2_0's code 3,
+// MXFP4's -0): every byte of a block except its scale made random, so the kernels see them too.
+void randomize_codes(const WeightFormat& format, uint8_t* row, int64_t cols, std::mt19937& rng) {
+  int64_t scale_begin = 0, scale_end = 0;  // the bytes of a block left as quantized
+  switch (format.type) {
+    case DType::TQ1_0: scale_begin = 52, scale_end = 54; break;
+    case DType::TQ2_0: scale_begin = 64, scale_end = 66; break;
+    case DType::MXFP4: scale_begin = 0, scale_end = 1; break;
+    default: return;
+  }
+  for (int64_t b = 0; b < cols / format.block_size; ++b) {
+    for (int64_t i = 0; i < format.block_bytes; ++i) {
+      if (i < scale_begin || i >= scale_end) row[b * format.block_bytes + i] = uint8_t(rng());
+    }
+  }
+}
+
 Weights random_weights(const WeightFormat& format, int64_t rows, int64_t cols, std::mt19937& rng) {
   Weights w;
   w.format = &format;
@@ -158,6 +175,7 @@ Weights random_weights(const WeightFormat& format, int64_t rows, int64_t cols, s
     const float offset = r % 3 == 0 ? 0.5f : 0.0f;
     for (float& v : src) v = scale * (dist(rng) + offset);
     format.quantize_row(src.data(), w.bytes.data() + r * w.row_bytes, cols);
+    if (r % 2 == 1) randomize_codes(format, w.bytes.data() + r * w.row_bytes, cols, rng);
   }
   fill_magnitudes(w);
   return w;
@@ -258,6 +276,7 @@ TEST(KernelTables, SimdTablesHaveTheMainFormats) {
     for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
                        DType::Q5_0, DType::Q5_1, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
                        DType::IQ4_XS, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ1_S, DType::IQ1_M,
+                       DType::TQ1_0, DType::TQ2_0, DType::MXFP4,
                        DType::INT8_PC, DType::INT4_SYM_G32, DType::INT4_SYM_G64, DType::INT4_SYM_G128,
                        DType::INT4_ASYM_G32, DType::INT4_ASYM_G64, DType::INT4_ASYM_G128, DType::FP8_E4M3_PC}) {
       EXPECT_NE(table.for_weights(type), nullptr) << table.name << " " << dtype_name(type);
@@ -468,6 +487,9 @@ std::vector<uint8_t> identity_row(const WeightFormat& format, int64_t k, int64_t
     case DType::F32:
     case DType::F16:
     case DType::BF16:
+    case DType::TQ1_0:  // d = 1, trit 1 at r, 0 elsewhere
+    case DType::TQ2_0:
+    case DType::MXFP4:  // e = 125 (scale 1/8), level 8
       src[size_t(r)] = 1.0f;
       break;
     default:
@@ -504,6 +526,9 @@ double identity_value(DType type) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
+    case DType::TQ1_0:
+    case DType::TQ2_0:
+    case DType::MXFP4:
       return 1.0;
     default:
       return 127.0;
@@ -569,6 +594,7 @@ TEST(CpuBackendIsa, EveryIsaThroughTheBackend) {
     auto two = make_cpu_backend(2);
     for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K,
                        DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::IQ2_XXS, DType::IQ1_M,
+                       DType::TQ1_0, DType::TQ2_0, DType::MXFP4,
                        DType::INT8_PC, DType::INT4_SYM_G128, DType::INT4_ASYM_G32, DType::FP8_E4M3_PC}) {
       const WeightFormat& format = quant::require_format(type);
       const int64_t rows = 45;

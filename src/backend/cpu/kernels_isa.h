@@ -16,6 +16,8 @@ const FormatKernels* avx2_q4_0_kernels(DType weight_type);      // kernels_q4_0_
 const FormatKernels* avx2_kquant_kernels(DType weight_type);    // kernels_kquant_avx2.cpp
 const FormatKernels* avx2_iq4_kernels(DType weight_type);       // kernels_iq4_avx2.cpp
 const FormatKernels* avx2_iq_grid_kernels(DType weight_type);   // kernels_iq_grid_avx2.cpp
+const FormatKernels* avx2_ternary_kernels(DType weight_type);   // kernels_ternary_avx2.cpp
+const FormatKernels* avx2_mxfp4_kernels(DType weight_type);     // kernels_mxfp4_avx2.cpp
 // The AVX2 k-quant kernels the AVX-512 table uses, for the formats it has none of (Q3_K).
 const FormatKernels* avx2_kquant_kernels_without_avx512(DType weight_type);
 

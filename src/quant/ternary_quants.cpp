@@ -43,8 +43,6 @@ uint8_t pack_trits(const int* digits, int byte) {
   return uint8_t((t * 256 + 242) / 243);
 }
 
-float tq_d(uint16_t d) { return fp16_to_float(d); }
-
 }  // namespace
 
 void quantize_row_tq1_0(const float* src, void* dst, int64_t n) {
@@ -93,7 +91,7 @@ void dequantize_ternary(const void* src, float* dst, int64_t n) {
   int levels[kQK_K];
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     Levels(blocks[b], levels);
-    const float d = tq_d(blocks[b].d);
+    const float d = fp16_to_float(blocks[b].d);
     for (int i = 0; i < kQK_K; ++i) dst[b * kQK_K + i] = float(levels[i]) * d;
   }
 }
@@ -108,7 +106,7 @@ float dot_ternary_q8_K(const void* w, const void* a, int64_t n) {
     Levels(x[b], levels);
     int32_t dot = 0;  // |dot| <= 256 * 2 * 127
     for (int i = 0; i < kQK_K; ++i) dot += levels[i] * int32_t(y[b].qs[i]);
-    sum += float(dot) * (tq_d(x[b].d) * y[b].d);
+    sum += float(dot) * (fp16_to_float(x[b].d) * y[b].d);
   }
   return sum;
 }

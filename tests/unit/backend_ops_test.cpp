@@ -140,7 +140,9 @@ void fill_magnitudes(Weights& w) {
 }
 
 // Formats whose quantizer never writes some valid codes (TQ1_0 bytes above 242, TQ2_0's code 3,
-// MXFP4's -0): every byte of a block except its scale made random, so the kernels see them too.
+// MXFP4's -0): every byte of a block except its scale made random, so the kernels see them too;
+// and some MXFP4 exponents set to the subnormal scales (e = 0, 1), 2 and a large 200 (larger ones
+// overflow the dot product to infinity).
 void randomize_codes(const WeightFormat& format, uint8_t* row, int64_t cols, std::mt19937& rng) {
   int64_t scale_begin = 0, scale_end = 0;  // the bytes of a block left as quantized
   switch (format.type) {
@@ -153,6 +155,8 @@ void randomize_codes(const WeightFormat& format, uint8_t* row, int64_t cols, std
     for (int64_t i = 0; i < format.block_bytes; ++i) {
       if (i < scale_begin || i >= scale_end) row[b * format.block_bytes + i] = uint8_t(rng());
     }
+    constexpr uint8_t kEdgeExponents[4] = {0, 1, 2, 200};
+    if (format.type == DType::MXFP4 && b % 3 == 0) row[b * format.block_bytes] = kEdgeExponents[(b / 3) % 4];
   }
 }
 

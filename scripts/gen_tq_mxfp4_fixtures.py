@@ -133,9 +133,9 @@ def main():
         raw, block_size, block_bytes = random_blocks(rng, qtype, count)
         write_iqfx(name + ".bin", qtype, raw, block_size, block_bytes)
         tensors.append((name + ".weight", qtype, raw))
-    write_kqfx("tq1_0_quant.bin", Q.TQ1_0, ternary_rows(rng, 8))
-    write_kqfx("tq2_0_quant.bin", Q.TQ2_0, ternary_rows(rng, 8))
-    write_kqfx("mxfp4_quant.bin", Q.MXFP4, mxfp4_rows(rng, 96))
+    write_kqfx("tq1_0_quant.bin", Q.TQ1_0, ternary_rows(rng, 4))
+    write_kqfx("tq2_0_quant.bin", Q.TQ2_0, ternary_rows(rng, 4))
+    write_kqfx("mxfp4_quant.bin", Q.MXFP4, mxfp4_rows(rng, 48))
     writer = gguf.GGUFWriter(os.path.join(OUT_DIR, "tq_mxfp4.gguf"), "llama")
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_TQ2_0)
     for name, qtype, raw in tensors:

@@ -40,6 +40,7 @@
 #include "isa_env.h"
 #include "quant/blocks.h"
 #include "quant/format.h"
+#include "quant_random_codes.h"
 
 namespace kestrel {
 namespace {
@@ -139,27 +140,6 @@ void fill_magnitudes(Weights& w) {
   }
 }
 
-// Formats whose quantizer never writes some valid codes (TQ1_0 bytes above 242, TQ2_0's code 3,
-// MXFP4's -0): every byte of a block except its scale made random, so the kernels see them too;
-// and some MXFP4 exponents set to the subnormal scales (e = 0, 1), 2 and a large 200 (larger ones
-// overflow the dot product to infinity).
-void randomize_codes(const WeightFormat& format, uint8_t* row, int64_t cols, std::mt19937& rng) {
-  int64_t scale_begin = 0, scale_end = 0;  // the bytes of a block left as quantized
-  switch (format.type) {
-    case DType::TQ1_0: scale_begin = 52, scale_end = 54; break;
-    case DType::TQ2_0: scale_begin = 64, scale_end = 66; break;
-    case DType::MXFP4: scale_begin = 0, scale_end = 1; break;
-    default: return;
-  }
-  for (int64_t b = 0; b < cols / format.block_size; ++b) {
-    for (int64_t i = 0; i < format.block_bytes; ++i) {
-      if (i < scale_begin || i >= scale_end) row[b * format.block_bytes + i] = uint8_t(rng());
-    }
-    constexpr uint8_t kEdgeExponents[4] = {0, 1, 2, 200};
-    if (format.type == DType::MXFP4 && b % 3 == 0) row[b * format.block_bytes] = kEdgeExponents[(b / 3) % 4];
-  }
-}
-
 Weights random_weights(const WeightFormat& format, int64_t rows, int64_t cols, std::mt19937& rng) {
   Weights w;
   w.format = &format;
@@ -179,7 +159,7 @@ Weights random_weights(const WeightFormat& format, int64_t rows, int64_t cols, s
     const float offset = r % 3 == 0 ? 0.5f : 0.0f;
     for (float& v : src) v = scale * (dist(rng) + offset);
     format.quantize_row(src.data(), w.bytes.data() + r * w.row_bytes, cols);
-    if (r % 2 == 1) randomize_codes(format, w.bytes.data() + r * w.row_bytes, cols, rng);
+    if (r % 2 == 1) test::randomize_codes(format, w.bytes.data() + r * w.row_bytes, cols, rng);
   }
   fill_magnitudes(w);
   return w;
@@ -491,8 +471,7 @@ std::vector<uint8_t> identity_row(const WeightFormat& format, int64_t k, int64_t
     case DType::F32:
     case DType::F16:
     case DType::BF16:
-    case DType::TQ1_0:  // d = 1, trit 1 at r, 0 elsewhere
-    case DType::TQ2_0:
+    case DType::TQ1_0: case DType::TQ2_0:  // d = 1, level 1 at r
     case DType::MXFP4:  // e = 125 (scale 1/8), level 8
       src[size_t(r)] = 1.0f;
       break;
@@ -530,9 +509,7 @@ double identity_value(DType type) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
-    case DType::TQ1_0:
-    case DType::TQ2_0:
-    case DType::MXFP4:
+    case DType::TQ1_0: case DType::TQ2_0: case DType::MXFP4:
       return 1.0;
     default:
       return 127.0;
@@ -598,8 +575,8 @@ TEST(CpuBackendIsa, EveryIsaThroughTheBackend) {
     auto two = make_cpu_backend(2);
     for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K,
                        DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::IQ2_XXS, DType::IQ1_M,
-                       DType::TQ1_0, DType::TQ2_0, DType::MXFP4,
-                       DType::INT8_PC, DType::INT4_SYM_G128, DType::INT4_ASYM_G32, DType::FP8_E4M3_PC}) {
+                       DType::TQ1_0, DType::TQ2_0, DType::MXFP4, DType::INT8_PC, DType::INT4_SYM_G128,
+                       DType::INT4_ASYM_G32, DType::FP8_E4M3_PC}) {
       const WeightFormat& format = quant::require_format(type);
       const int64_t rows = 45;
       const int64_t k = lengths_for(format)[1];

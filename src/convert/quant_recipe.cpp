@@ -26,6 +26,8 @@ constexpr QuantRecipe kRecipes[] = {
     {"TQ1_0", DType::TQ1_0, QuantMix::Pure, 36},
     {"TQ2_0", DType::TQ2_0, QuantMix::Pure, 37},
     {"MXFP4", DType::MXFP4, QuantMix::Pure, 38},  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE, as after --pure
+    {"IQ3_XXS", DType::IQ3_XXS, QuantMix::Pure, 23},
+    {"IQ3_S", DType::IQ3_S, QuantMix::Pure, 26},
     {"Q3_K_S", DType::Q3_K, QuantMix::Q3_K_S, 11},
     {"Q3_K_M", DType::Q3_K, QuantMix::Q3_K_M, 12},
     {"Q3_K_L", DType::Q3_K, QuantMix::Q3_K_L, 13},
@@ -138,7 +140,7 @@ DType quant_type_that_fits(DType wanted, int64_t row_length) {
     // llama.cpp's tensor_type_fallback: each k-quant to the 32-block type of about its precision.
     const DType smaller = type == DType::Q3_K ? DType::Q4_0 : type == DType::Q4_K ? DType::Q5_0
                         : type == DType::Q5_K ? DType::Q5_1 : type == DType::Q6_K ? DType::Q8_0
-                        : type == DType::IQ4_XS ? DType::IQ4_NL
+                        : type == DType::IQ4_XS || type == DType::IQ3_XXS || type == DType::IQ3_S ? DType::IQ4_NL
                         : type == DType::TQ1_0 || type == DType::TQ2_0 ? DType::Q4_0 : DType::F16;
     if (smaller != DType::F16) return row_length % 32 == 0 ? smaller : DType::F16;
   }

@@ -16,12 +16,12 @@
 //   - Not modelled: llama.cpp's special cases for Falcon, 70B models (attn_v to Q5_K) and
 //     mixtures of experts (n_expert == 8); imatrix-driven choices; --pure / --tensor-type flags;
 //     the IQ4_NL / IQ4_XS file types' own choices (output.weight Q6_K, attn_v Q5_K when n_gqa >=
-//     4, the first n/8 ffn_down Q5_K without an imatrix): "IQ4_NL" and "IQ4_XS" here are pure,
-//     as after llama-quantize --pure.
+//     4, the first n/8 ffn_down Q5_K without an imatrix) and the IQ3 ones': "IQ4_NL", "IQ4_XS",
+//     "IQ3_XXS" and "IQ3_S" here are pure, as after llama-quantize --pure.
 //   - embedding_type / output_type, when set, override all of the above for those two tensors.
 //   - A tensor whose rows do not divide into the chosen type's blocks falls back as llama.cpp's
-//     tensor_type_fallback does: Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, IQ4_XS to IQ4_NL,
-//     TQ1_0 and TQ2_0 to Q4_0 when rows are a multiple of 32, else F16; INT4 group types to the same kind with a smaller group that fits, else
+//     tensor_type_fallback does: Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, IQ4_XS / IQ3_XXS /
+//     IQ3_S to IQ4_NL, TQ1_0 and TQ2_0 to Q4_0 when rows are a multiple of 32, else F16; INT4 group types to the same kind with a smaller group that fits, else
 //     F16; every other type to F16.
 #pragma once
 

@@ -224,6 +224,32 @@ static_assert(sizeof(BlockMXFP4) == 17);
 // 2^(e - 128) as llama.cpp's ggml_e8m0_to_fp32_half builds it: F32 bits (e - 1) << 23 for e >= 2,
 // the subnormals 0x00200000 << e below (e = 255 is 2^127, not NaN).
 inline uint32_t mxfp4_scale_bits(uint8_t e) { return e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23; }
+// llama.cpp's 3-bit grid formats (activations Q8_K): super-blocks of 256 = 8 sub-blocks of 32,
+// each value d_j * g * sign where groups of 4 consecutive values take their magnitudes g from one
+// entry of a fixed grid (quant/iq3_grids.h: 4 unsigned bytes per entry) and each value has a sign.
+
+// IQ3_XXS (3.0625 bits per value): qs[8 j + k] is the 8-bit grid index (kIQ3XXSGrid) of values
+// 32 j + 4 k .. + 3 of sub-block j. signs_scales[4 j .. 4 j + 3] is sub-block j's little-endian
+// uint32: bits 7 l .. 7 l + 6 index kIQ3Signs for the signs of values 32 j + 8 l .. + 7 (bit i of
+// the sign byte: value i negative), bits 28-31 the scale code s; d_j = d * (0.5 + s) * 0.5.
+struct BlockIQ3_XXS {
+  uint16_t d;  // F16 bits
+  uint8_t qs[kQK_K / 4];
+  uint8_t signs_scales[kQK_K / 8];
+};
+static_assert(sizeof(BlockIQ3_XXS) == 98);
+
+// IQ3_S (3.4375 bits per value): the grid index (kIQ3SGrid) of values 32 j + 4 k .. + 3 is
+// qs[8 j + k] | bit k of qh[j] << 8; bit i of signs[4 j + l] is the sign of value 32 j + 8 l + i;
+// scale code s_j is nibble j % 2 of scales[j / 2] (low nibble for even j); d_j = d * (1 + 2 s_j).
+struct BlockIQ3_S {
+  uint16_t d;  // F16 bits
+  uint8_t qs[kQK_K / 4];
+  uint8_t qh[kQK_K / 32];
+  uint8_t signs[kQK_K / 8];
+  uint8_t scales[kQK_K / 64];
+};
+static_assert(sizeof(BlockIQ3_S) == 110);
 
 // ---------------------------------------------------------------------------------------------
 // Kestrel's own formats (DType ids >= 1000, see core/dtype.h).

@@ -189,7 +189,7 @@ float vec_dot_q4_0_q8_0(const void* w, const void* a, int64_t n) {
 
 using namespace ref;  // NOLINT: the table below names every reference kernel
 
-constexpr std::array<WeightFormat, 32> kFormats{{
+constexpr std::array<WeightFormat, 34> kFormats{{
     {DType::F32, 1, 4, quantize_row_f32, dequantize_row_f32, DType::F32, vec_dot_f32},
     {DType::F16, 1, 2, quantize_row_f16, dequantize_row_f16, DType::F16, vec_dot_f16},
     {DType::BF16, 1, 2, quantize_row_bf16, dequantize_row_bf16, DType::BF16, vec_dot_bf16},
@@ -215,6 +215,8 @@ constexpr std::array<WeightFormat, 32> kFormats{{
     {DType::TQ1_0, 256, 54, quantize_row_tq1_0, dequantize_row_tq1_0, DType::Q8_K, vec_dot_tq1_0_q8_K},
     {DType::TQ2_0, 256, 66, quantize_row_tq2_0, dequantize_row_tq2_0, DType::Q8_K, vec_dot_tq2_0_q8_K},
     {DType::MXFP4, 32, 17, quantize_row_mxfp4, dequantize_row_mxfp4, DType::Q8_0, vec_dot_mxfp4_q8_0},
+    {DType::IQ3_XXS, 256, 98, quantize_row_iq3_xxs, dequantize_row_iq3_xxs, DType::Q8_K, vec_dot_iq3_xxs_q8_K, 0, quantize_row_iq3_xxs_weighted},
+    {DType::IQ3_S, 256, 110, quantize_row_iq3_s, dequantize_row_iq3_s, DType::Q8_K, vec_dot_iq3_s_q8_K, 0, quantize_row_iq3_s_weighted},
     {DType::INT8_PC, 32, 32, quantize_row_int8_pc, dequantize_row_int8_pc, DType::Q8_0,
      vec_dot_int8_pc_q8_0, kPerChannelHeaderBytes},
     {DType::INT4_SYM_G32, 32, 18, quantize_row_int4_sym<32>, dequantize_row_int4_sym<32>,

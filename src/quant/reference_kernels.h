@@ -91,6 +91,16 @@ float vec_dot_tq2_0_q8_K(const void* w, const void* a, int64_t n);
 void quantize_row_mxfp4(const float* src, void* dst, int64_t n);
 void dequantize_row_mxfp4(const void* src, float* dst, int64_t n);
 float vec_dot_mxfp4_q8_0(const void* w, const void* a, int64_t n);
+// llama.cpp's 3-bit grid formats with Q8_K activations (iq3_quants.cpp; quantizers in
+// iq3_quantize.cpp).
+void quantize_row_iq3_xxs(const float* src, void* dst, int64_t n);
+void quantize_row_iq3_xxs_weighted(const float* src, void* dst, int64_t n, const float* importance);
+void dequantize_row_iq3_xxs(const void* src, float* dst, int64_t n);
+float vec_dot_iq3_xxs_q8_K(const void* w, const void* a, int64_t n);
+void quantize_row_iq3_s(const float* src, void* dst, int64_t n);
+void quantize_row_iq3_s_weighted(const float* src, void* dst, int64_t n, const float* importance);
+void dequantize_row_iq3_s(const void* src, float* dst, int64_t n);
+float vec_dot_iq3_s_q8_K(const void* w, const void* a, int64_t n);
 
 // Kestrel's integer formats (int_formats.cpp).
 void quantize_row_int8_pc(const float* src, void* dst, int64_t n);

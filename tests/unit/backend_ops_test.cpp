@@ -240,98 +240,6 @@ std::string describe(Isa isa, const WeightFormat& format, int64_t rows, int64_t 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tables and selection
-
-TEST(KernelTables, ScalarTableCoversEveryFormat) {
-  const KernelTable* scalar = cpu::kernels_for(Isa::Scalar);
-  ASSERT_NE(scalar, nullptr);
-  for (const WeightFormat& format : quant::all_formats()) {
-    EXPECT_NE(scalar->for_weights(format.type), nullptr) << dtype_name(format.type);
-    for (Isa isa : supported_isas()) {
-      EXPECT_NE(cpu::find_kernels(*cpu::kernels_for(isa), format.type), nullptr);
-    }
-  }
-}
-
-TEST(KernelTables, SimdTablesHaveTheMainFormats) {
-  for (Isa isa : supported_isas()) {
-    if (isa == Isa::Scalar) continue;
-    const KernelTable& table = *cpu::kernels_for(isa);
-    for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                       DType::Q5_0, DType::Q5_1, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
-                       DType::IQ4_XS, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ1_S, DType::IQ1_M,
-                       DType::TQ1_0, DType::TQ2_0, DType::MXFP4,
-                       DType::INT8_PC, DType::INT4_SYM_G32, DType::INT4_SYM_G64, DType::INT4_SYM_G128,
-                       DType::INT4_ASYM_G32, DType::INT4_ASYM_G64, DType::INT4_ASYM_G128, DType::FP8_E4M3_PC}) {
-      EXPECT_NE(table.for_weights(type), nullptr) << table.name << " " << dtype_name(type);
-    }
-  }
-}
-
-// The dispatcher picks the table the CPU supports: CPUID's reading (cpu_features) agrees with the
-// kernel's own flags in /proc/cpuinfo, and best_isa() is the widest table those flags allow.
-TEST(KernelTables, DispatcherPicksTheTableTheCpuSupports) {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line, flags;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("flags", 0) == 0) {
-      flags = " " + line.substr(line.find(':') + 1) + " ";
-      break;
-    }
-  }
-  ASSERT_FALSE(flags.empty()) << "no flags line in /proc/cpuinfo";
-  auto has = [&](const char* flag) { return flags.find(std::string(" ") + flag + " ") != std::string::npos; };
-  const cpu::CpuFeatures& f = cpu::cpu_features();
-  EXPECT_EQ(f.avx2, has("avx2"));
-  EXPECT_EQ(f.fma, has("fma"));
-  EXPECT_EQ(f.f16c, has("f16c"));
-  EXPECT_EQ(f.avx512f, has("avx512f"));
-  EXPECT_EQ(f.avx512bw, has("avx512bw"));
-  EXPECT_EQ(f.avx512vbmi, has("avx512vbmi"));
-  EXPECT_EQ(f.gfni, has("gfni"));
-  const bool avx2_set = has("avx2") && has("fma") && has("f16c");
-  const bool avx512_set = avx2_set && has("avx512f") && has("avx512bw") && has("avx512vl") && has("avx512dq") &&
-                          has("avx512_vnni") && has("avx512vbmi") && has("avx512_vbmi2") && has("avx512_bitalg") &&
-                          has("avx512_vpopcntdq") && has("gfni");
-  EXPECT_EQ(cpu::kernels_for(Isa::Avx2) != nullptr, avx2_set);
-  EXPECT_EQ(cpu::kernels_for(Isa::Avx512) != nullptr, avx512_set);
-  EXPECT_EQ(cpu::best_isa(), avx512_set ? Isa::Avx512 : avx2_set ? Isa::Avx2 : Isa::Scalar);
-  {
-    IsaEnv env(nullptr);
-    EXPECT_EQ(cpu::active_kernels().isa, cpu::best_isa());
-  }
-  // Every table carries its attention and activation kernels.
-  for (Isa isa : supported_isas()) {
-    EXPECT_NE(cpu::kernels_for(isa)->attention, nullptr) << cpu::isa_name(isa);
-    EXPECT_NE(cpu::kernels_for(isa)->activations, nullptr) << cpu::isa_name(isa);
-  }
-  std::printf("CPU features: %s; best ISA: %s\n", f.describe().c_str(), std::string(cpu::isa_name(cpu::best_isa())).c_str());
-}
-
-TEST(KernelTables, KestrelIsaSelectsOrFailsClearly) {
-  {
-    IsaEnv env(nullptr);
-    EXPECT_EQ(cpu::active_kernels().isa, cpu::best_isa());
-  }
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    IsaEnv env(std::string(cpu::isa_name(isa)).c_str());
-    if (cpu::kernels_for(isa) != nullptr) {
-      EXPECT_EQ(cpu::active_kernels().isa, isa);
-    } else {
-      EXPECT_THROW(cpu::active_kernels(), Error) << cpu::isa_name(isa);
-      EXPECT_THROW(make_cpu_backend(1), Error);
-    }
-  }
-  IsaEnv env("sse9");
-  try {
-    cpu::active_kernels();
-    FAIL() << "an unknown ISA must be an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("sse9"), std::string::npos) << e.what();
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Every kernel x every format x odd shapes x batch 1..17, against the reference
 
 constexpr int kMaxBatch = 17;
@@ -516,10 +424,13 @@ double identity_value(DType type) {
   }
 }
 
-// IQ4_NL, IQ4_XS and the IQ2/IQ1 grid formats have no zero value, so no row of theirs is a row of
-// the identity; their kernels reuse converters checked here (Q4_0's, Q4_K's and Q6_K's) and meet
-// the reference within the tight tolerance above, which a misplaced element exceeds.
-bool has_identity(DType t) { return t != DType::IQ4_NL && t != DType::IQ4_XS && !test::is_iq_grid_format(t); }
+// IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S and the IQ2/IQ1 grid formats have no zero value, so no row of
+// theirs is a row of the identity; their kernels reuse converters checked here (Q4_0's, Q4_K's and
+// Q6_K's) and meet the reference within the tight tolerance above, which a misplaced element exceeds.
+bool has_identity(DType t) {
+  return t != DType::IQ4_NL && t != DType::IQ4_XS && t != DType::IQ3_XXS && t != DType::IQ3_S &&
+         !test::is_iq_grid_format(t);
+}
 
 TEST(KernelIdentity, ConvertersAndElementOrderAreExact) {
   std::mt19937 rng(99);
@@ -574,9 +485,9 @@ TEST(CpuBackendIsa, EveryIsaThroughTheBackend) {
     auto one = make_cpu_backend(1);
     auto two = make_cpu_backend(2);
     for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K,
-                       DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::IQ2_XXS, DType::IQ1_M,
-                       DType::TQ1_0, DType::TQ2_0, DType::MXFP4, DType::INT8_PC, DType::INT4_SYM_G128,
-                       DType::INT4_ASYM_G32, DType::FP8_E4M3_PC}) {
+                       DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::IQ3_XXS, DType::IQ3_S,
+                       DType::IQ2_XXS, DType::IQ1_M, DType::TQ1_0, DType::TQ2_0, DType::MXFP4, DType::INT8_PC,
+                       DType::INT4_SYM_G128, DType::INT4_ASYM_G32, DType::FP8_E4M3_PC}) {
       const WeightFormat& format = quant::require_format(type);
       const int64_t rows = 45;
       const int64_t k = lengths_for(format)[1];

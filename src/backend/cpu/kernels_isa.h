@@ -15,6 +15,7 @@ const FormatKernels* avx2_q8_0_kernels(DType weight_type);      // kernels_q8_0_
 const FormatKernels* avx2_q4_0_kernels(DType weight_type);      // kernels_q4_0_avx2.cpp
 const FormatKernels* avx2_kquant_kernels(DType weight_type);    // kernels_kquant_avx2.cpp
 const FormatKernels* avx2_iq4_kernels(DType weight_type);       // kernels_iq4_avx2.cpp
+const FormatKernels* avx2_iq3_kernels(DType weight_type);       // kernels_iq3_avx2.cpp
 const FormatKernels* avx2_iq_grid_kernels(DType weight_type);   // kernels_iq_grid_avx2.cpp
 const FormatKernels* avx2_ternary_kernels(DType weight_type);   // kernels_ternary_avx2.cpp
 const FormatKernels* avx2_mxfp4_kernels(DType weight_type);     // kernels_mxfp4_avx2.cpp

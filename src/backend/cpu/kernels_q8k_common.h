@@ -1,6 +1,6 @@
 // Activation converter shared by the AVX2 and AVX-512 kernels of the formats with Q8_K activations
-// (kernels_kquant_*.cpp, kernels_iq4_avx2.cpp, which alone include it; AVX2 code with internal
-// linkage, see kernels_tile.h).
+// (kernels_kquant_*.cpp, kernels_iq4_avx2.cpp, kernels_iq3_avx2.cpp, which alone include it;
+// AVX2 code with internal linkage, see kernels_tile.h).
 //
 // The values are bit for bit those of quant's quantize_row_q8_K (per 256: d = amax / 127 in F32,
 // q = x * (127 / amax) rounded to nearest even and clamped to +-127, bsums = sums of 16 q's),

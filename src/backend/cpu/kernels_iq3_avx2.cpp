@@ -8,13 +8,14 @@
 //   scale       the sub-block's 2 s + 1 in every int16 lane.
 // maddubs(magnitude, sign(q_a, signs)) multiplies exact values (grid <= 62, |q_a| <= 127: pair
 // sums <= 15748), madd with the scale gives int32 lanes whose sum S over the super-block is exact
-// (< 2^31); acc = fma(float(S), d_w * d_a, acc) on every path (mac, mac_direct, mac_direct2), so
-// decode and batches agree bit for bit. IQ3_XXS's value is d (2 s + 1) / 4 per grid step: its
-// d_w is read as d / 4 (exact). Prefill decodes each row tile once per chunk of steps into an L1
-// buffer (kernels_tile.h, kPackSteps) and runs every token tile of the block over it.
+// (< 2^31); a (row, token) accumulator keeps 8 float lanes, acc = fma(float(lanes), d_w * d_a,
+// acc), summed horizontally once at the end, on every path (mac, mac_direct, the 4-row prefill tile
+// SubBlockRows4 of kernels_subblock_rows_avx2.h), so decode and batches agree bit for bit.
+// IQ3_XXS's value is d (2 s + 1) / 4 per grid step: its d_w is read as d / 4 (exact).
 #include "backend/cpu/kernels_isa.h"
 #include "backend/cpu/kernels_q8k_common.h"
 #include "backend/cpu/kernels_simd_avx2.h"
+#include "backend/cpu/kernels_subblock_rows_avx2.h"
 #include "backend/cpu/kernels_tile.h"
 #include "quant/blocks.h"
 #include "quant/iq3_grids.h"
@@ -107,11 +108,10 @@ struct Iq3S {
 template <class F>
 struct Iq3Kernel {
   static constexpr int64_t kBlockBytes = F::kBlockBytes, kStepBytes = kBlockBytes;
-  static constexpr int kRows = 2, kTokens = 8, kDecodeRows = 2;
-  // 8 tokens per tile: every decoded step read from the pack buffer serves 8 tokens (4: 15% slower
-  // prefill, 2: 40%). 2 rows x 4 steps x 800 bytes of W: 6.4 KB of L1.
+  // Batches of 2-3 tokens (from 4 on: SubBlockRows4): 2 rows x 4 steps x 800 bytes of W in L1.
+  static constexpr int kRows = 2, kTokens = 2, kDecodeRows = 2;
   static constexpr int64_t kPackSteps = 4;
-  using Acc = float;
+  using Acc = __m256;
   struct A {
     const uint8_t* block;
     __m256i q(int j) const { return load256(block + Q8KLayout::kQs + 32 * j); }
@@ -125,7 +125,7 @@ struct Iq3Kernel {
   };
   static int64_t steps(int64_t k) { return k / 256; }
   static int64_t direct_steps(int64_t k) { return k / 256; }
-  static Acc zero() { return 0.0f; }
+  static Acc zero() { return _mm256_setzero_ps(); }
 
   // Scale j of F::scales in every int16 lane.
   static __m256i spread(__m256i scales, int j) {
@@ -135,7 +135,7 @@ struct Iq3Kernel {
     return _mm256_madd_epi16(signed_products(magnitude, sign, q), scale);
   }
   static void finish_block(Acc& acc, __m256i lanes, float d, const A& a) {
-    acc = fma1(float(hsum_epi32(lanes)), d * a.d(), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(d * a.d()), acc);
   }
 
   static W load_w(const uint8_t* row, int64_t s) {
@@ -170,23 +170,11 @@ struct Iq3Kernel {
     const uint8_t* p = row + s * kBlockBytes;
     finish_block(acc, direct_lanes(p, a), F::d(p), a);
   }
-  // mac_direct for two rows: the same float operations per row, in vector lanes.
-  static void mac_direct2(Acc& acc0, Acc& acc1, const uint8_t* row0, const uint8_t* row1, int64_t s, const A& a) {
-    const uint8_t* p0 = row0 + s * kBlockBytes;
-    const uint8_t* p1 = row1 + s * kBlockBytes;
-    const __m256i sums = _mm256_hadd_epi32(direct_lanes(p0, a), direct_lanes(p1, a));
-    __m128i quads = _mm_add_epi32(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
-    quads = _mm_hadd_epi32(quads, quads);  // S0 S1 S0 S1
-    const __m128 scale = _mm_mul_ps(_mm_setr_ps(F::d(p0), F::d(p1), 0.0f, 0.0f), _mm_set1_ps(a.d()));
-    const __m128 acc = _mm_fmadd_ps(_mm_cvtepi32_ps(quads), scale, _mm_setr_ps(acc0, acc1, 0.0f, 0.0f));
-    acc0 = _mm_cvtss_f32(acc);
-    acc1 = _mm_cvtss_f32(_mm_movehdup_ps(acc));
-  }
-  static float finish(Acc acc, const uint8_t*) { return acc; }
+  static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
 
-constexpr FormatKernels kIq3Xxs{DType::IQ3_XXS, Q8KLayout::row_bytes, convert_q8_k, matmul_tile<Iq3Kernel<Iq3Xxs>>};
-constexpr FormatKernels kIq3S{DType::IQ3_S, Q8KLayout::row_bytes, convert_q8_k, matmul_tile<Iq3Kernel<Iq3S>>};
+constexpr FormatKernels kIq3Xxs{DType::IQ3_XXS, Q8KLayout::row_bytes, convert_q8_k, interleaved_matmul<SubBlockRows4<Iq3Kernel<Iq3Xxs>>>};
+constexpr FormatKernels kIq3S{DType::IQ3_S, Q8KLayout::row_bytes, convert_q8_k, interleaved_matmul<SubBlockRows4<Iq3Kernel<Iq3S>>>};
 
 }  // namespace
 

@@ -19,13 +19,13 @@
 // gives int32 lanes, summed exactly over the super-block; a (row, token) accumulator keeps 8 float
 // lanes, acc = fma(float(lanes), d_w * d_a, acc), and is summed horizontally once at the end (a
 // horizontal integer sum and a scalar FMA per super-block cost a third of the prefill time). Every
-// path (mac, mac_direct, the 4-row prefill tile Iq4XsInterleave) runs these operations lane for
+// path (mac, mac_direct, the 4-row prefill tile SubBlockRows4, kernels_subblock_rows_avx2.h) runs these operations lane for
 // lane, so decode and batches agree bit for bit.
-#include "backend/cpu/kernels_interleave_avx2.h"
 #include "backend/cpu/kernels_isa.h"
 #include "backend/cpu/kernels_q8_common.h"
 #include "backend/cpu/kernels_q8k_common.h"
 #include "backend/cpu/kernels_simd_avx2.h"
+#include "backend/cpu/kernels_subblock_rows_avx2.h"
 #include "backend/cpu/kernels_tile.h"
 #include "quant/blocks.h"
 
@@ -123,8 +123,8 @@ struct Iq4XsKernel {
     float d() const { return load_f32(block + Q8KLayout::kScale); }
   };
   struct W {
-    __m256i levels[8];  // sub-block j: elements 32j .. 32j + 31
-    __m256i abs[8];     // their magnitudes
+    __m256i sign[8];       // sub-block j's levels (elements 32j .. 32j + 31), the sign source
+    __m256i magnitude[8];  // their magnitudes
     __m256i scale[8];   // sub-block j's signed scale in every int16 lane
     float d;
   };
@@ -162,8 +162,8 @@ struct Iq4XsKernel {
     w.d = block_d(p);
     const __m256i scales = block_scales(p);
     for (int j = 0; j < 8; ++j) {
-      w.levels[j] = levels(p, j);
-      w.abs[j] = _mm256_abs_epi8(w.levels[j]);
+      w.sign[j] = levels(p, j);
+      w.magnitude[j] = _mm256_abs_epi8(w.sign[j]);
       w.scale[j] = spread(scales, j);
     }
     return w;
@@ -172,7 +172,7 @@ struct Iq4XsKernel {
   static A load_a(const uint8_t* act, int64_t s) { return {act + s * Q8KLayout::kBlockBytes}; }
   static void mac(Acc& acc, const W& w, const A& a) {
     __m256i lanes = _mm256_setzero_si256();
-    for (int j = 0; j < 8; ++j) lanes = _mm256_add_epi32(lanes, sub_block(w.abs[j], w.levels[j], w.scale[j], a.q(j)));
+    for (int j = 0; j < 8; ++j) lanes = _mm256_add_epi32(lanes, sub_block(w.magnitude[j], w.sign[j], w.scale[j], a.q(j)));
     finish_block(acc, lanes, w.d, a);
   }
   // The super-block's int32 lanes, decoding one sub-block at a time (one token: no W stored).
@@ -192,68 +192,9 @@ struct Iq4XsKernel {
   static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
 
-// IQ4_XS prefill (n >= kInterleavedTokens, kernels_interleave_avx2.h): 4 rows' super-blocks are
-// decoded once per token block into an L1 buffer (levels, magnitudes and spread scales of each
-// sub-block, row-major: the sign trick needs each product on its own madd, so interleaving rows
-// saves no multiplies here), and each sub-block's 3 decoded vectors of a row are loaded once for 4
-// tokens, whose activation vectors are loaded once for 2 rows. Lane for lane the same integer sums
-// and the same float tail (finish_block) as Iq4XsKernel's paths, so results are bitwise theirs.
-struct Iq4XsInterleave {
-  using Kernel = Iq4XsKernel;
-  struct Block {
-    __m256i levels[4][8], abs[4][8], scale[4][8];  // [row][sub-block]
-    float d[4];                                    // [row]
-  };
-  struct Acc {
-    __m256 row[4];  // each row's float lanes (Iq4XsKernel::Acc)
-  };
-  static constexpr int64_t kChunk = 4;  // 4 x 3 KB of decoded super-blocks
-  static constexpr int64_t kActStepBytes = Q8KLayout::kBlockBytes;
-  static int64_t steps(int64_t k) { return k / 256; }
-  static Acc zero() { return {{_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}}; }
-  static void store(const Acc& acc, float* y) {
-    for (int r = 0; r < 4; ++r) y[r] = hsum(acc.row[r]);
-  }
-  static void interleave(const uint8_t* w, int64_t w_stride, int64_t s, int64_t /*k*/, Block& out) {
-    for (int r = 0; r < 4; ++r) {
-      const Kernel::W row = Kernel::load_w(w + r * w_stride, s);
-      for (int j = 0; j < 8; ++j) {
-        out.levels[r][j] = row.levels[j];
-        out.abs[r][j] = row.abs[j];
-        out.scale[r][j] = row.scale[j];
-      }
-      out.d[r] = row.d;
-    }
-  }
-  // acc[t] (the 4 rows of token t) over super-block b, whose activations start at a[t].
-  template <int T>
-  static void step(const Block& b, const uint8_t* const a[T], Acc acc[T]) {
-    for (int r0 = 0; r0 < 4; r0 += 2) {
-      __m256i lanes[2][T];
-      for (int r = 0; r < 2; ++r) {
-        for (int t = 0; t < T; ++t) lanes[r][t] = _mm256_setzero_si256();
-      }
-      for (int j = 0; j < 8; ++j) {
-        __m256i q[T];
-        for (int t = 0; t < T; ++t) q[t] = load256(a[t] + Q8KLayout::kQs + 32 * j);
-        for (int r = 0; r < 2; ++r) {
-          const __m256i lv = b.levels[r0 + r][j], mag = b.abs[r0 + r][j], scale = b.scale[r0 + r][j];
-          for (int t = 0; t < T; ++t) {
-            lanes[r][t] = _mm256_add_epi32(lanes[r][t], Kernel::sub_block(mag, lv, scale, q[t]));
-          }
-        }
-      }
-      for (int t = 0; t < T; ++t) {
-        const Kernel::A act{a[t]};
-        for (int r = 0; r < 2; ++r) Kernel::finish_block(acc[t].row[r0 + r], lanes[r][t], b.d[r0 + r], act);
-      }
-    }
-  }
-};
-
 constexpr FormatKernels kIq4Nl{DType::IQ4_NL, Q8Layout<2, false>::row_bytes, convert_q8_groups<2, false, 0>,
                                matmul_tile<Iq4NlKernel>};
-constexpr FormatKernels kIq4Xs{DType::IQ4_XS, Q8KLayout::row_bytes, convert_q8_k, interleaved_matmul<Iq4XsInterleave>};
+constexpr FormatKernels kIq4Xs{DType::IQ4_XS, Q8KLayout::row_bytes, convert_q8_k, interleaved_matmul<SubBlockRows4<Iq4XsKernel>>};
 
 }  // namespace
 

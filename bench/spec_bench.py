@@ -114,7 +114,7 @@ def main():
     ap.add_argument("--n-predict", type=int, default=256)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--kestrel", default=str(ROOT / "build" / "release" / "tools" / "kestrel"))
-    ap.add_argument("--kestrel-spec", nargs="+", default=["draft"], help="draft, ngram, draft-fixed, ngram-fixed")
+    ap.add_argument("--kestrel-spec", nargs="+", default=["draft"], help="draft, ngram, draft-fixed, ngram-fixed, draft-allvocab, draft-fixed-allvocab")
     ap.add_argument("--spec-tokens", type=int, default=None)
     ap.add_argument("--llama-bin", default=str(ROOT.parent / "peer" / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp" / "build" / "bin"))
     ap.add_argument("--llama-draft-max", type=int, nargs="*", default=[4, 8, 16])
@@ -126,8 +126,10 @@ def main():
     for s in args.kestrel_spec:
         method, _, mode = s.partition("-")
         extra = ["--draft-model", args.draft] if method == "draft" else ["--spec", "ngram"]
-        if mode == "fixed":
+        if "fixed" in mode.split("-"):
             extra.append("--spec-fixed")
+        if "allvocab" in mode.split("-"):
+            extra += ["--draft-vocab", "0"]  # the draft's whole head (default: its 32k most frequent tokens)
         if args.spec_tokens:
             extra += ["--spec-tokens", str(args.spec_tokens)]
         configs.append((f"kestrel {s}", extra))

@@ -23,6 +23,11 @@ void add_spec_options(CLI::App& cmd, SpecOptions& o) {
   cmd.add_flag("--spec-sample-drafts", o.sample_drafts,
                "requests that sample draw the draft model's tokens from its distribution (rejection "
                "sampling) instead of taking its most likely token");
+  cmd.add_option("--draft-vocab", o.draft_vocab,
+                 "the draft model computes logits for the vocabulary's N most frequent tokens only (and "
+                 "the stop tokens, and every token it has been fed): a cheaper draft step where the "
+                 "vocabulary is large; 0: every token")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
 }
 
 void apply_spec_options(const SpecOptions& o, const Model& target, std::unique_ptr<Model>& draft, EngineConfig& config) {
@@ -34,6 +39,7 @@ void apply_spec_options(const SpecOptions& o, const Model& target, std::unique_p
   s.ngram_max = o.ngram_max;
   s.adaptive = !o.fixed;
   s.sample_drafts = o.sample_drafts;
+  s.draft_vocab = o.draft_vocab;
   if (o.ngram_min > o.ngram_max) fail("--spec-ngram-min ({}) is larger than --spec-ngram-max ({})", o.ngram_min, o.ngram_max);
   if (s.method == SpecMethod::DraftModel && o.draft_model.empty()) fail("--spec draft needs --draft-model PATH");
   if (s.method != SpecMethod::DraftModel && !o.draft_model.empty()) {

@@ -20,6 +20,7 @@ struct SpecOptions {
   int ngram_max = 4;
   bool fixed = false;       // --spec-fixed: always draft K tokens (no cost model, no acceptance tracking)
   bool sample_drafts = false;
+  int64_t draft_vocab = 32768;  // --draft-vocab: the draft head's most frequent tokens (0: all)
 };
 
 void add_spec_options(CLI::App& cmd, SpecOptions& o);

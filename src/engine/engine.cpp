@@ -36,7 +36,8 @@ LLMEngine::LLMEngine(const Model& model, const EngineConfig& config, std::vector
       jump_forward_(config.grammar_jump_forward),
       max_forced_tokens_(config.grammar_max_forced_tokens) {
   if (config.spec.enabled()) {
-    speculator_ = std::make_unique<Speculator>(config.spec, model, config, runner_, kv_, kv_capacity_.tokens);
+    speculator_ = std::make_unique<Speculator>(config.spec, model, config, runner_, kv_, kv_capacity_.tokens,
+                                               stop_tokens_);
   }
 }
 

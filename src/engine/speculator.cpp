@@ -7,6 +7,7 @@
 #include "engine/kv_capacity.h"
 #include "spec/draft_model_drafter.h"
 #include "spec/ngram_drafter.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kestrel {
 namespace {
@@ -34,7 +35,8 @@ EngineConfig target_share_of_kv_budget(const Model& target, const EngineConfig& 
 }
 
 Speculator::Speculator(const SpecConfig& config, const Model& target, const EngineConfig& engine_config,
-                       ModelRunner& target_runner, KVCacheManager& target_kv, int64_t target_tokens)
+                       ModelRunner& target_runner, KVCacheManager& target_kv, int64_t target_tokens,
+                       std::span<const TokenId> stop_tokens)
     : config_(config), policy_(config.num_spec_tokens, config.adaptive) {
   if (config.num_spec_tokens < 0) fail("--spec-tokens must be >= 0, got {}", config.num_spec_tokens);
   if (config.method == SpecMethod::Ngram) {
@@ -47,8 +49,14 @@ Speculator::Speculator(const SpecConfig& config, const Model& target, const Engi
     EngineConfig dc = engine_config;
     dc.num_kv_blocks = (target_tokens + dc.block_size - 1) / dc.block_size;
     const RunnerConfig rc = make_runner_config(draft, dc);
+    std::vector<TokenId> head_tokens;
+    if (config.draft_vocab > 0 && config.draft_vocab < draft.config().n_vocab) {
+      head_tokens = draft_head_tokens(tokens_by_frequency(Tokenizer::vocab_from_gguf(draft.file())),
+                                      config.draft_vocab, stop_tokens);
+    }
     auto drafter = std::make_unique<DraftModelDrafter>(draft, rc, make_kv_groups(draft, rc, dc), dc.block_size,
-                                                       &target_runner.backend(), config.sample_drafts);
+                                                       &target_runner.backend(), config.sample_drafts,
+                                                       std::move(head_tokens));
     if (config.adaptive) drafter->calibrate(kCalibrationTokens);
     drafter_ = std::move(drafter);
   } else {

@@ -37,9 +37,11 @@ struct SpecStats {
 class Speculator {
  public:
   // `target_kv` and `target_runner` are the engine's (for the start-up cost measurement);
-  // `target_tokens` the target cache's capacity (the draft's cache holds as many).
+  // `target_tokens` the target cache's capacity (the draft's cache holds as many); `stop_tokens`
+  // the requests' stop tokens (a draft head over part of the vocabulary keeps them).
   Speculator(const SpecConfig& config, const Model& target, const EngineConfig& engine_config,
-             ModelRunner& target_runner, KVCacheManager& target_kv, int64_t target_tokens);
+             ModelRunner& target_runner, KVCacheManager& target_kv, int64_t target_tokens,
+             std::span<const TokenId> stop_tokens = {});
   ~Speculator();
 
   // Sets draft_tokens on every running request that is ready to decode and speculates (the rest

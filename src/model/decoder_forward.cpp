@@ -341,11 +341,14 @@ void Model::head(Backend& backend, const ForwardBatch& batch, ForwardScratch& s,
     observer->observe(-1, LinearKind::Output, s.logits_in.data(), n_out, c.n_embd);
   }
   if (tp.size() == 1) {
-    backend.matmul(weights_.output, s.logits_in.data(), n_out, logits);
-    if (c.logit_scale != 1.0f) backend.scale(logits, c.logit_scale, n_out * c.n_vocab);
-    if (c.final_logit_softcap > 0.0f) backend.softcap(logits, c.final_logit_softcap, n_out * c.n_vocab);
+    const WeightView& output = batch.head != nullptr ? *batch.head : weights_.output;
+    if (output.cols != c.n_embd) fail("internal: an output head of {} columns for {} embeddings", output.cols, c.n_embd);
+    backend.matmul(output, s.logits_in.data(), n_out, logits);
+    if (c.logit_scale != 1.0f) backend.scale(logits, c.logit_scale, n_out * output.rows);
+    if (c.final_logit_softcap > 0.0f) backend.softcap(logits, c.final_logit_softcap, n_out * output.rows);
     return;
   }
+  if (batch.head != nullptr) fail("internal: an output head over part of the vocabulary runs in one process only");
   // Vocabulary-parallel head: this rank's logits columns, gathered onto tensor-parallel rank 0.
   const int64_t v_local = shard_.mine().n_vocab();
   s.logits_local.resize(size_t(n_out * v_local));

@@ -25,6 +25,11 @@ struct ForwardBatch {
   std::vector<int32_t> token_seq;       // [num_tokens] row of the block tables for each token
   std::vector<KvGroupBatch> kv_groups;  // one per KV-cache group
   std::vector<int32_t> logits_indices;  // tokens whose logits are wanted; output row order
+  // An output head over part of the vocabulary to use instead of the model's (a draft model's
+  // most frequent tokens, spec/draft_head.h): [head->rows][n_embd], logits then
+  // [logits rows][head->rows]. Null: the model's own head, logits [logits rows][n_vocab]. Not
+  // owned; one process only (never sent to other ranks).
+  const WeightView* head = nullptr;
 
   int64_t num_tokens() const { return int64_t(token_ids.size()); }
 };

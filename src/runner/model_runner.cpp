@@ -140,7 +140,14 @@ int64_t kv_bytes_for(const Model& model, const KvCacheSpec& spec, std::span<cons
 int64_t ModelRunner::kv_bytes() const { return kv_bytes_for(model_, kv_view_.spec, config_.group_blocks); }
 
 std::span<float> ModelRunner::execute(std::span<const SequenceChunk> chunks) {
-  return execute(build_forward_batch(chunks, block_size(), num_groups()));
+  ForwardBatch batch = build_forward_batch(chunks, block_size(), num_groups());
+  batch.head = output_head_;
+  return execute(batch);
+}
+
+void ModelRunner::set_output_head(const WeightView* head) {
+  if (head != nullptr && parallel_ != nullptr) fail("an output head over part of the vocabulary needs the whole model in one process");
+  output_head_ = head;
 }
 
 std::span<float> ModelRunner::execute(const ForwardBatch& batch) {
@@ -163,12 +170,14 @@ std::span<float> ModelRunner::run_step(const ForwardBatch& batch) {
     }
   }
   const int64_t n_vocab = model_.config().n_vocab;
-  logits_.resize(batch.logits_indices.size() * size_t(n_vocab));
   if (parallel_ == nullptr) {
+    logits_.resize(batch.logits_indices.size() * size_t(batch.head != nullptr ? batch.head->rows : n_vocab));
     model_.forward(*backend_, batch, kv_view_, scratch_, logits_.data(), observer_);
     return std::span<float>(logits_);
   }
   if (observer_ != nullptr) fail("activation observers need the whole model in one process");
+  if (batch.head != nullptr) fail("an output head over part of the vocabulary needs the whole model in one process");
+  logits_.resize(batch.logits_indices.size() * size_t(n_vocab));
   const ModelShard& sh = model_.shard();
   Communicator& tp = parallel_->tp();
   Communicator& pp = parallel_->pp();

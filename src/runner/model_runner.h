@@ -60,8 +60,8 @@ class ModelRunner {
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
 
-  // Runs the chunks as one batch. Returns logits [rows][n_vocab], rows in chunk order and, within
-  // a chunk, token order. Valid until the next call.
+  // Runs the chunks as one batch. Returns logits [rows][n_vocab] ([rows][head rows] with an output
+  // head set), rows in chunk order and, within a chunk, token order. Valid until the next call.
   std::span<float> execute(std::span<const SequenceChunk> chunks);
   std::span<float> execute(const ForwardBatch& batch);
   // This rank's part of one step (every rank of a group runs it with the same batch): pipeline
@@ -70,6 +70,9 @@ class ModelRunner {
 
   // Every later execute() shows the linear layers' inputs to `observer` (not owned; null: none).
   void set_activation_observer(ActivationObserver* observer) { observer_ = observer; }
+  // Every later execute(chunks) computes logits with `head` (not owned; null: the model's head),
+  // ForwardBatch::head: a draft's head over its most frequent tokens. One process only.
+  void set_output_head(const WeightView* head);
 
   const Model& model() const { return model_; }
   Backend& backend() { return *backend_; }
@@ -90,6 +93,7 @@ class ModelRunner {
   ForwardScratch scratch_;
   std::vector<float> logits_;
   ActivationObserver* observer_ = nullptr;
+  const WeightView* output_head_ = nullptr;
   ParallelContext* parallel_ = nullptr;       // set when the model is split over ranks
   std::vector<std::vector<float>> outgoing_;  // pipeline sends in flight (hidden states, logits)
 };

@@ -26,11 +26,14 @@ std::string check_draft_model(const Model& target, const Model& draft) {
 
 DraftModelDrafter::DraftModelDrafter(const Model& draft, const RunnerConfig& runner,
                                      std::vector<KVCacheGroupSpec> groups, int block_size, Backend* shared_backend,
-                                     bool sample_drafts)
+                                     bool sample_drafts, std::vector<TokenId> head_tokens)
     : model_(draft),
+      head_(head_tokens.empty() ? nullptr : std::make_unique<DraftHead>(draft.weights().output, head_tokens)),
       kv_(std::move(groups), block_size, /*enable_prefix_caching=*/true),
       runner_(draft, runner, shared_backend),
-      sample_drafts_(sample_drafts) {}
+      sample_drafts_(sample_drafts) {
+  if (head_ != nullptr) runner_.set_output_head(&head_->view());
+}
 
 void DraftModelDrafter::release(RequestId id) {
   kv_.free(id);
@@ -84,6 +87,9 @@ void DraftModelDrafter::propose(std::span<const DraftQuery> queries, std::span<D
       continue;
     }
     seqs[i].assign(q.tokens.begin(), q.tokens.end());
+    // The tokens fed this round join a subset head (prompts and accepted output: the words of
+    // the text being written).
+    if (head_ != nullptr) head_->add(q.tokens.subspan(size_t(common)));
     active.push_back(i);
     first.push_back(common);
   }
@@ -109,7 +115,14 @@ void DraftModelDrafter::propose(std::span<const DraftQuery> queries, std::span<D
       Sequence& seq = sequences_[q.id];
       seq.fed.insert(seq.fed.end(), seqs[i].begin() + first[a], seqs[i].end());
       kv_.cache_computed_blocks(q.id, seq.fed, int64_t(seq.fed.size()));
-      const std::span<float> row = logits.subspan(a * n_vocab, n_vocab);
+      std::span<float> row;
+      if (head_ == nullptr) {
+        row = logits.subspan(a * n_vocab, n_vocab);
+      } else {
+        full_row_.resize(n_vocab);
+        head_->scatter(logits.subspan(a * size_t(head_->size()), size_t(head_->size())), full_row_);
+        row = full_row_;
+      }
       // The request's own processors shape q, as they shape the target's p.
       TokenId token;
       if (sample_drafts_ && !q.sampler->params().greedy()) {

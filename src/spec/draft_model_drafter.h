@@ -13,6 +13,7 @@
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
 #include "runner/model_runner.h"
+#include "spec/draft_head.h"
 #include "spec/drafter.h"
 #include "spec/step_cost.h"
 
@@ -28,8 +29,11 @@ class DraftModelDrafter final : public Drafter {
   // sample_drafts: requests that sample draw their drafts from the draft's processed distribution
   // q (verified by rejection sampling); otherwise every draft is the draft's most likely token
   // (one-hot q: the output is then token for token what plain decoding gives).
+  // head_tokens: the draft's logits cover only these token ids and every token it is fed later
+  // (DraftHead; empty: the whole vocabulary); its drafts are then always among them.
   DraftModelDrafter(const Model& draft, const RunnerConfig& runner, std::vector<KVCacheGroupSpec> groups,
-                    int block_size, Backend* shared_backend, bool sample_drafts);
+                    int block_size, Backend* shared_backend, bool sample_drafts,
+                    std::vector<TokenId> head_tokens = {});
 
   void propose(std::span<const DraftQuery> queries, std::span<DraftProposal> out) override;
   void release(RequestId id) override;
@@ -48,9 +52,11 @@ class DraftModelDrafter final : public Drafter {
   std::span<float> run(std::span<const SequenceChunk> chunks);
 
   const Model& model_;
+  std::unique_ptr<DraftHead> head_;  // null: the model's whole head
   KVCacheManager kv_;
   ModelRunner runner_;
   bool sample_drafts_;
+  std::vector<float> full_row_;  // [n_vocab]: a subset head's logits row spread over the vocabulary
   std::unordered_map<RequestId, Sequence> sequences_;
   StepCostModel cost_;
 };

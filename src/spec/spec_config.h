@@ -21,6 +21,10 @@ struct SpecConfig {
   // Requests that sample draw the draft model's tokens from its distribution (rejection sampling);
   // otherwise the draft's most likely token (then output is exactly plain decoding's, seed for seed).
   bool sample_drafts = false;
+  // The draft model's head covers only the vocabulary's `draft_vocab` most frequent tokens (and
+  // the stop tokens): a cheaper draft step, drafts outside the set never made (spec/draft_head.h).
+  // 0 or at least the vocabulary's size: the whole vocabulary.
+  int64_t draft_vocab = 32768;
 
   bool enabled() const { return method != SpecMethod::None && num_spec_tokens > 0; }
 };

@@ -92,6 +92,13 @@ class Tokenizer {
   virtual TokenId find_token(std::string_view text) const = 0;
 };
 
+// The vocabulary's text tokens, most frequent first as far as the vocabulary itself tells: a
+// SentencePiece vocabulary by descending score (its pieces' log-probabilities or merge priorities),
+// a byte-level BPE vocabulary by id (its ids follow merge order, and earlier merges are of more
+// frequent pairs). Control, unused, unknown and undefined tokens are left out. For a draft model's
+// head over the most frequent tokens (spec/draft_head.h).
+std::vector<TokenId> tokens_by_frequency(const VocabData& vocab);
+
 // Turns a stream of token ids into text without ever emitting half a UTF-8 character: bytes of an
 // incomplete character are held until the next token completes them.
 //

@@ -170,6 +170,25 @@ TEST_F(SpecStories, DraftModelGreedyEqualsPlainAloneAndInAMixedBatchOf32) {
   for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(batch.outputs[i], reference.outputs[i]) << "prompt " << i;
 }
 
+// A draft head over 64 of the 512 tokens (the highest-scoring pieces, the stop tokens and every
+// token the draft is fed): drafts come from that set only, and the output is still plain decoding's.
+TEST_F(SpecStories, DraftHeadOverPartOfTheVocabularyKeepsGreedyOutputExact) {
+  const auto ps = prompts(32);
+  RunOptions plain;
+  plain.max_tokens = 80;
+  const RunResult reference = run(*model_, ps, plain);
+  RunOptions spec = plain;
+  spec.spec = draft_model(draft_);
+  spec.spec.draft_vocab = 64;
+  const RunResult alone = run(*model_, {ps[1]}, spec);
+  EXPECT_EQ(alone.outputs[0], reference.outputs[1]);
+  EXPECT_GT(double(alone.stats.num_accepted_tokens), 0.3 * double(alone.stats.num_draft_tokens))
+      << "drafts from the frequent tokens and the text's own should still be accepted often";
+  for (size_t i = 0; i < 32; ++i) spec.speculate.push_back(i % 3 != 0);
+  const RunResult batch = run(*model_, ps, spec);
+  for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(batch.outputs[i], reference.outputs[i]) << "prompt " << i;
+}
+
 TEST_F(SpecStories, SeededSamplingWithOneHotDraftsEqualsPlainSampling) {
   const auto ps = prompts(8);
   RunOptions plain;
@@ -312,12 +331,17 @@ TEST_F(SpecStories, SampledDraftsFollowTheTargetsDistribution) {
   const char* samples_env = std::getenv("KESTREL_SPEC_SAMPLES");
   const int kSamples = samples_env != nullptr ? std::atoi(samples_env) : 20000;
   ASSERT_GE(kSamples, 1000);
+  // The draft's whole head, then a head over 160 of its 512 tokens (plus those it is fed): q is 0
+  // outside the set, and the output must still follow p.
+  for (const int64_t draft_vocab : {int64_t(0), int64_t(160)}) {
+  SCOPED_TRACE(draft_vocab == 0 ? "whole draft head" : "draft head over 160 tokens");
   EngineConfig config;
   config.kv_memory_bytes = int64_t(64) << 20;
   config.max_model_len = 256;
   config.max_num_seqs = 512;
   config.spec = draft_model(draft_, 2);
   config.spec.sample_drafts = true;
+  config.spec.draft_vocab = draft_vocab;
   LLMEngine engine(*model_, config, {});
   std::vector<int64_t> counts(size_t(n_vocab), 0);
   std::map<RequestId, std::vector<TokenId>> generated;
@@ -372,6 +396,7 @@ TEST_F(SpecStories, SampledDraftsFollowTheTargetsDistribution) {
   EXPECT_GT(draft_distance, bound) << "the draft is too close to the target for this test to tell";
   EXPECT_LT(stats.num_accepted_tokens, stats.num_draft_tokens) << "rejections must happen";
   EXPECT_EQ(engine.kv().num_free_blocks(), engine.kv().num_blocks());
+  }
 }
 
 TEST_F(SpecStories, MismatchedVocabulariesAreAClearError) {

@@ -334,68 +334,68 @@ TEST_F(SpecStories, SampledDraftsFollowTheTargetsDistribution) {
   // The draft's whole head, then a head over 160 of its 512 tokens (plus those it is fed): q is 0
   // outside the set, and the output must still follow p.
   for (const int64_t draft_vocab : {int64_t(0), int64_t(160)}) {
-  SCOPED_TRACE(draft_vocab == 0 ? "whole draft head" : "draft head over 160 tokens");
-  EngineConfig config;
-  config.kv_memory_bytes = int64_t(64) << 20;
-  config.max_model_len = 256;
-  config.max_num_seqs = 512;
-  config.spec = draft_model(draft_, 2);
-  config.spec.sample_drafts = true;
-  config.spec.draft_vocab = draft_vocab;
-  LLMEngine engine(*model_, config, {});
-  std::vector<int64_t> counts(size_t(n_vocab), 0);
-  std::map<RequestId, std::vector<TokenId>> generated;
-  int submitted = 0, done = 0;
-  const auto start = std::chrono::steady_clock::now();
-  while (done < kSamples) {
-    while (submitted < kSamples && int(engine.scheduler().num_waiting()) < 512) {
-      RequestSpec spec;
-      spec.prompt = prompt;
-      spec.max_tokens = 3;
-      spec.sampling.temperature = 1.0f;
-      spec.sampling.seed = uint64_t(submitted++) * 7919 + 1;
-      spec.ignore_eos = true;
-      engine.add_request(spec);
-    }
-    for (const RequestOutput& out : engine.step()) {
-      std::vector<TokenId>& tokens = generated[out.id];
-      for (const SampleResult& sample : out.new_tokens) tokens.push_back(sample.token);
-      if (!out.finished) continue;
-      ASSERT_EQ(tokens.size(), 3u);
-      ++counts[size_t(tokens[1])];
-      generated.erase(out.id);
-      ++done;
-    }
-  }
-  const SpecStats& stats = engine.speculator()->stats();
-  // Cells: tokens with exact probability >= 1e-3, and the rest pooled.
-  auto tv = [&](const std::vector<double>& p, const std::vector<double>& q) {
-    double distance = 0.0, rest_p = 0.0, rest_q = 0.0;
-    for (int v = 0; v < n_vocab; ++v) {
-      if (exact[size_t(v)] >= 1e-3) {
-        distance += std::abs(p[size_t(v)] - q[size_t(v)]);
-      } else {
-        rest_p += p[size_t(v)];
-        rest_q += q[size_t(v)];
+    SCOPED_TRACE(draft_vocab == 0 ? "whole draft head" : "draft head over 160 tokens");
+    EngineConfig config;
+    config.kv_memory_bytes = int64_t(64) << 20;
+    config.max_model_len = 256;
+    config.max_num_seqs = 512;
+    config.spec = draft_model(draft_, 2);
+    config.spec.sample_drafts = true;
+    config.spec.draft_vocab = draft_vocab;
+    LLMEngine engine(*model_, config, {});
+    std::vector<int64_t> counts(size_t(n_vocab), 0);
+    std::map<RequestId, std::vector<TokenId>> generated;
+    int submitted = 0, done = 0;
+    const auto start = std::chrono::steady_clock::now();
+    while (done < kSamples) {
+      while (submitted < kSamples && int(engine.scheduler().num_waiting()) < 512) {
+        RequestSpec spec;
+        spec.prompt = prompt;
+        spec.max_tokens = 3;
+        spec.sampling.temperature = 1.0f;
+        spec.sampling.seed = uint64_t(submitted++) * 7919 + 1;
+        spec.ignore_eos = true;
+        engine.add_request(spec);
+      }
+      for (const RequestOutput& out : engine.step()) {
+        std::vector<TokenId>& tokens = generated[out.id];
+        for (const SampleResult& sample : out.new_tokens) tokens.push_back(sample.token);
+        if (!out.finished) continue;
+        ASSERT_EQ(tokens.size(), 3u);
+        ++counts[size_t(tokens[1])];
+        generated.erase(out.id);
+        ++done;
       }
     }
-    return 0.5 * (distance + std::abs(rest_p - rest_q));
-  };
-  int cells = 1;
-  for (double p : exact) cells += p >= 1e-3;
-  std::vector<double> empirical(static_cast<size_t>(n_vocab), 0.0);
-  for (int v = 0; v < n_vocab; ++v) empirical[size_t(v)] = double(counts[size_t(v)]) / kSamples;
-  const double bound = 0.5 * std::sqrt(double(cells - 1) / kSamples) + std::sqrt(std::log(1e6) / (2.0 * kSamples));
-  const double observed = tv(empirical, exact);
-  const double draft_distance = tv(accept_all, exact);
-  std::printf("second-token TV: spec %.4f, bound %.4f (%d cells), accepting every draft %.4f; %lld of %lld drafts "
-              "accepted; %.1f s\n",
-              observed, bound, cells, draft_distance, (long long)stats.num_accepted_tokens, (long long)stats.num_draft_tokens,
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  EXPECT_LT(observed, bound);
-  EXPECT_GT(draft_distance, bound) << "the draft is too close to the target for this test to tell";
-  EXPECT_LT(stats.num_accepted_tokens, stats.num_draft_tokens) << "rejections must happen";
-  EXPECT_EQ(engine.kv().num_free_blocks(), engine.kv().num_blocks());
+    const SpecStats& stats = engine.speculator()->stats();
+    // Cells: tokens with exact probability >= 1e-3, and the rest pooled.
+    auto tv = [&](const std::vector<double>& p, const std::vector<double>& q) {
+      double distance = 0.0, rest_p = 0.0, rest_q = 0.0;
+      for (int v = 0; v < n_vocab; ++v) {
+        if (exact[size_t(v)] >= 1e-3) {
+          distance += std::abs(p[size_t(v)] - q[size_t(v)]);
+        } else {
+          rest_p += p[size_t(v)];
+          rest_q += q[size_t(v)];
+        }
+      }
+      return 0.5 * (distance + std::abs(rest_p - rest_q));
+    };
+    int cells = 1;
+    for (double p : exact) cells += p >= 1e-3;
+    std::vector<double> empirical(static_cast<size_t>(n_vocab), 0.0);
+    for (int v = 0; v < n_vocab; ++v) empirical[size_t(v)] = double(counts[size_t(v)]) / kSamples;
+    const double bound = 0.5 * std::sqrt(double(cells - 1) / kSamples) + std::sqrt(std::log(1e6) / (2.0 * kSamples));
+    const double observed = tv(empirical, exact);
+    const double draft_distance = tv(accept_all, exact);
+    std::printf("second-token TV: spec %.4f, bound %.4f (%d cells), accepting every draft %.4f; %lld of %lld drafts "
+                "accepted; %.1f s\n",
+                observed, bound, cells, draft_distance, (long long)stats.num_accepted_tokens, (long long)stats.num_draft_tokens,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    EXPECT_LT(observed, bound);
+    EXPECT_GT(draft_distance, bound) << "the draft is too close to the target for this test to tell";
+    EXPECT_LT(stats.num_accepted_tokens, stats.num_draft_tokens) << "rejections must happen";
+    EXPECT_EQ(engine.kv().num_free_blocks(), engine.kv().num_blocks());
   }
 }
 

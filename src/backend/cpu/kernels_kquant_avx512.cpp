@@ -1,5 +1,5 @@
 // AVX-512 kernels for the k-quants Q4_K, Q5_K and Q6_K (those of llama.cpp's Q4_K_M and Q5_K_M
-// files) against Q8_K activations. One step is one super-block of 256 elements.
+// files) and IQ4_XS against Q8_K activations. One step is one super-block of 256 elements.
 //
 // Activations are stored lane-major: in each super-block, 32-bit lane p of activation vector v
 // (v = 0..3) holds elements 16p + 4v .. 16p + 4v + 3, so over the four vectors lane p covers
@@ -12,6 +12,7 @@
 //   acc   += (float(lanes) * (d * scale_p)) * d_a          d * scale_p is exact in F32
 //   Q4_K/Q5_K:  acc += (-dmin * min_p) * (d_a * bsum_p)   the min term, one lane per group
 //   Q6_K:       lanes start from -32 * bsum_p             levels are stored q, not q - 32
+//   IQ4_XS:     lanes start from -128 * bsum_p            levels are looked up + 128 (unsigned)
 // 7-8 vector operations per (row, token, super-block), against 14 for the former maddubs/dpwssd
 // form (maddubs issues on one port only); the decoding is shared by the 8 x 2 token tile and, on
 // the packed prefill path (kernels_tile.h), by a whole block of up to 64 tokens. Every lane's
@@ -27,6 +28,7 @@
 #include "backend/cpu/kernels_q8k_common.h"
 #include "backend/cpu/kernels_simd_avx512.h"
 #include "backend/cpu/kernels_tile.h"
+#include "quant/blocks.h"
 
 namespace kestrel::cpu {
 namespace {
@@ -41,10 +43,10 @@ struct LaneLayout {
   static int64_t row_bytes(int64_t k) { return k / 256 * kBlockBytes; }
 };
 
-// 384 bytes per super-block: qs[256] (lane-major), extra[16] (Q4_K/Q5_K: F32 d_a * bsum_p; Q6_K:
-// int32 -32 * bsum_p), F32 d_a, padding. The q, bsums and d are bit for bit
-// those of quantize_row_q8_K (computed by convert_q8_k, then reordered).
-template <bool kQ6>
+// 384 bytes per super-block: qs[256] (lane-major), extra[16] (kLevelOffset 0, Q4_K/Q5_K: F32 d_a *
+// bsum_p; otherwise int32 -kLevelOffset * bsum_p: Q6_K 32, IQ4_XS 128), F32 d_a, padding. The q,
+// bsums and d are bit for bit those of quantize_row_q8_K (computed by convert_q8_k, then reordered).
+template <int kLevelOffset>
 void convert_q8_k_lanes(const float* x, uint8_t* out, int64_t k) {
   alignas(64) uint8_t plain[Q8KLayout::kBlockBytes];
   for (int64_t b = 0; b < k / 256; ++b) {
@@ -59,8 +61,8 @@ void convert_q8_k_lanes(const float* x, uint8_t* out, int64_t k) {
     for (int p = 0; p < 16; ++p) {
       int16_t bsum;
       std::memcpy(&bsum, plain + Q8KLayout::kBsums + 2 * p, 2);
-      if constexpr (kQ6) {
-        const int32_t start = -32 * int32_t(bsum);
+      if constexpr (kLevelOffset != 0) {
+        const int32_t start = -kLevelOffset * int32_t(bsum);
         std::memcpy(block + LaneLayout::kExtra + 4 * p, &start, 4);
       } else {
         const float scaled = d * float(bsum);
@@ -240,11 +242,78 @@ struct Q6KKernel {
   static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
 
-constexpr FormatKernels kQ4K{DType::Q4_K, LaneLayout::row_bytes, convert_q8_k_lanes<false>,
+// IQ4_XS: 136 bytes per super-block (F16 d, scales_h, scales_l[4], qs[128]); sub-block j (32
+// elements) has a 6-bit scale ls_j - 32 and its levels in qs[16j .. 16j + 15], low nibbles for
+// elements 32j .. + 15 and high nibbles for 32j + 16 .. + 31: group p (16 elements) is sub-block p
+// / 2, the low nibbles when p is even. Levels are kIQ4Levels + 128 (1 .. 241, unsigned for
+// dpbusd); the activations' extra, -128 * bsum_p, takes the offset back out of each lane.
+constexpr DwordIndex iq4xs_gather(int v) {
+  DwordIndex index{};
+  for (int p = 0; p < 16; ++p) index.i[p] = 4 * (p / 2) + v;
+  return index;
+}
+
+struct Iq4XsKernel {
+  static constexpr int64_t kBlockBytes = 136, kStepBytes = kBlockBytes;
+  static constexpr int kRows = 8, kTokens = 2, kDecodeRows = 4, kPackSteps = 8, kSmallBatchRows = 2;
+  static constexpr DwordIndex kGather[4] = {iq4xs_gather(0), iq4xs_gather(1), iq4xs_gather(2), iq4xs_gather(3)};
+  // Byte 4p of the result = byte p / 2 of the source (the sub-block of group p); others zero.
+  static constexpr ByteIndex kSubBlock = [] {
+    ByteIndex index{};
+    for (int p = 0; p < 16; ++p) index.b[4 * p] = uint8_t(p / 2);
+    return index;
+  }();
+  // kIQ4Levels + 128 in each 128-bit lane (vpshufb looks up within lanes).
+  static constexpr ByteIndex kLevels = [] {
+    ByteIndex table{};
+    for (int i = 0; i < 64; ++i) table.b[i] = uint8_t(int(quant::kIQ4Levels[i % 16]) + 128);
+    return table;
+  }();
+  using Acc = __m512;
+  using A = const uint8_t*;
+  struct W {
+    __m512i q[4];  // levels + 128
+    __m512 scale;  // d * (ls - 32) of group p's sub-block
+  };
+  static int64_t steps(int64_t k) { return k / 256; }
+  static int64_t direct_steps(int64_t k) { return k / 256; }
+  static Acc zero() { return _mm512_setzero_ps(); }
+  static W load_w(const uint8_t* row, int64_t s) {
+    const uint8_t* p = row + s * kBlockBytes;
+    W w;
+    const __m512i codes = _mm512_maskz_permutexvar_epi8(
+        0x1111111111111111ull, _mm512_load_si512(kSubBlock.b),
+        _mm512_castsi128_si512(_mm_cvtsi64_si128(int64_t(unpack_iq4xs_codes(p)))));
+    w.scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(codes, _mm512_set1_epi32(32))),
+                            _mm512_set1_ps(fp16_to_f32(load_u16(p))));
+    const __m512i lo = _mm512_loadu_si512(p + 8), hi = _mm512_loadu_si512(p + 72);
+    // Odd groups take the high nibbles: shift their lanes by 4 before masking.
+    const __m512i shift = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    const __m512i table = _mm512_load_si512(kLevels.b);
+    for (int v = 0; v < 4; ++v) {
+      const __m512i dwords = _mm512_permutex2var_epi32(lo, _mm512_load_si512(kGather[v].i), hi);
+      const __m512i nibbles = _mm512_and_si512(_mm512_srlv_epi32(dwords, shift), _mm512_set1_epi8(0x0f));
+      w.q[v] = _mm512_shuffle_epi8(table, nibbles);
+    }
+    return w;
+  }
+  static W load_w_tail(const uint8_t* row, int64_t s, int64_t) { return load_w(row, s); }
+  static A load_a(const uint8_t* act, int64_t s) { return act + s * LaneLayout::kBlockBytes; }
+  static void mac(Acc& acc, const W& w, A a) {
+    __m512i lanes = _mm512_load_si512(a + LaneLayout::kExtra);
+    for (int v = 0; v < 4; ++v) lanes = _mm512_dpbusd_epi32(lanes, w.q[v], lane_q(a, v));
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lanes), w.scale), lane_d(a), acc);
+  }
+  static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
+};
+
+constexpr FormatKernels kQ4K{DType::Q4_K, LaneLayout::row_bytes, convert_q8_k_lanes<0>,
                              matmul_tile<Q45KKernel<false>>};
-constexpr FormatKernels kQ5K{DType::Q5_K, LaneLayout::row_bytes, convert_q8_k_lanes<false>,
+constexpr FormatKernels kQ5K{DType::Q5_K, LaneLayout::row_bytes, convert_q8_k_lanes<0>,
                              matmul_tile<Q45KKernel<true>>};
-constexpr FormatKernels kQ6K{DType::Q6_K, LaneLayout::row_bytes, convert_q8_k_lanes<true>, matmul_tile<Q6KKernel>};
+constexpr FormatKernels kQ6K{DType::Q6_K, LaneLayout::row_bytes, convert_q8_k_lanes<32>, matmul_tile<Q6KKernel>};
+constexpr FormatKernels kIq4Xs{DType::IQ4_XS, LaneLayout::row_bytes, convert_q8_k_lanes<128>,
+                               matmul_tile<Iq4XsKernel>};
 
 }  // namespace
 
@@ -253,6 +322,7 @@ const FormatKernels* avx512_kquant_kernels(DType weight_type) {
     case DType::Q4_K: return &kQ4K;
     case DType::Q5_K: return &kQ5K;
     case DType::Q6_K: return &kQ6K;
+    case DType::IQ4_XS: return &kIq4Xs;
     default: return nullptr;
   }
 }

@@ -1,5 +1,5 @@
 // AVX-512 kernels for the k-quants Q4_K, Q5_K and Q6_K (those of llama.cpp's Q4_K_M and Q5_K_M
-// files) and IQ4_XS against Q8_K activations. One step is one super-block of 256 elements.
+// files), IQ4_XS, IQ3_XXS and IQ3_S against Q8_K activations. One step is one super-block of 256 elements.
 //
 // Activations are stored lane-major: in each super-block, 32-bit lane p of activation vector v
 // (v = 0..3) holds elements 16p + 4v .. 16p + 4v + 3, so over the four vectors lane p covers
@@ -13,6 +13,8 @@
 //   Q4_K/Q5_K:  acc += (-dmin * min_p) * (d_a * bsum_p)   the min term, one lane per group
 //   Q6_K:       lanes start from -32 * bsum_p             levels are stored q, not q - 32
 //   IQ4_XS:     lanes start from -128 * bsum_p            levels are looked up + 128 (unsigned)
+//   IQ3_S:      lanes start from -16 * bsum_p             signed grid values + 16 (unsigned)
+//   IQ3_XXS:    lanes start from -64 * bsum_p             signed grid values + 64 (unsigned)
 // 7-8 vector operations per (row, token, super-block), against 14 for the former maddubs/dpwssd
 // form (maddubs issues on one port only); the decoding is shared by the 8 x 2 token tile and, on
 // the packed prefill path (kernels_tile.h), by a whole block of up to 64 tokens. Every lane's
@@ -29,6 +31,7 @@
 #include "backend/cpu/kernels_simd_avx512.h"
 #include "backend/cpu/kernels_tile.h"
 #include "quant/blocks.h"
+#include "quant/iq3_grids.h"
 
 namespace kestrel::cpu {
 namespace {
@@ -140,6 +143,14 @@ inline __m512i gather_bits(__m512i lo, const DwordIndex& index, __m512i hi, cons
 inline __m512i lane_q(const uint8_t* act, int v) { return _mm512_load_si512(act + LaneLayout::kQs + 64 * v); }
 inline __m512 lane_d(const uint8_t* act) { return _mm512_set1_ps(load_f32(act + LaneLayout::kScale)); }
 
+// Formats whose lanes start from the activations' int32 extra (kLevelOffset != 0): acc +=
+// (float(extra_p + sum of 4 dpbusd) * scale_p) * d_a.
+inline void mac_from_start(__m512& acc, const __m512i (&q)[4], __m512 scale, const uint8_t* a) {
+  __m512i lanes = _mm512_load_si512(a + LaneLayout::kExtra);
+  for (int v = 0; v < 4; ++v) lanes = _mm512_dpbusd_epi32(lanes, q[v], lane_q(a, v));
+  acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lanes), scale), lane_d(a), acc);
+}
+
 template <bool kFiveBit>
 struct Q45KKernel {
   static constexpr int64_t kBlockBytes = kFiveBit ? 176 : 144, kStepBytes = kBlockBytes;
@@ -234,11 +245,7 @@ struct Q6KKernel {
   }
   static W load_w_tail(const uint8_t* row, int64_t s, int64_t) { return load_w(row, s); }
   static A load_a(const uint8_t* act, int64_t s) { return act + s * LaneLayout::kBlockBytes; }
-  static void mac(Acc& acc, const W& w, A a) {
-    __m512i lanes = _mm512_load_si512(a + LaneLayout::kExtra);
-    for (int v = 0; v < 4; ++v) lanes = _mm512_dpbusd_epi32(lanes, w.q[v], lane_q(a, v));
-    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lanes), w.scale), lane_d(a), acc);
-  }
+  static void mac(Acc& acc, const W& w, A a) { mac_from_start(acc, w.q, w.scale, a); }
   static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
 
@@ -299,11 +306,83 @@ struct Iq4XsKernel {
   }
   static W load_w_tail(const uint8_t* row, int64_t s, int64_t) { return load_w(row, s); }
   static A load_a(const uint8_t* act, int64_t s) { return act + s * LaneLayout::kBlockBytes; }
-  static void mac(Acc& acc, const W& w, A a) {
-    __m512i lanes = _mm512_load_si512(a + LaneLayout::kExtra);
-    for (int v = 0; v < 4; ++v) lanes = _mm512_dpbusd_epi32(lanes, w.q[v], lane_q(a, v));
-    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lanes), w.scale), lane_d(a), acc);
+  static void mac(Acc& acc, const W& w, A a) { mac_from_start(acc, w.q, w.scale, a); }
+  static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
+};
+
+// IQ3_S: 110 bytes per super-block (F16 d, qs[64], qh[8], signs[32], scales[4]); IQ3_XXS: 98
+// bytes (F16 d, qs[64], signs_scales[32]; quant/blocks.h). The 4 values of lane p of vector v
+// (elements 16p + 4v ..) are exactly grid entry g = 4p + v, gathered from the format's grid
+// (IQ3_S: index qs[g] | bit g % 8 of qh[g / 8] << 8; IQ3_XXS: qs[g]); their signs are bits 4 (v %
+// 2) .. + 3 of sign byte 2p + v / 2 (IQ3_S: signs[]; IQ3_XXS: kIQ3Signs of each 7-bit index).
+// Signed values are stored + kOffset (unsigned for dpbusd: IQ3_S 16, IQ3_XXS 64, above the
+// largest grid value); the activations' extra, -kOffset * bsum_p, takes the offset back out.
+// Group p's scale is that of sub-block j = p / 2: IQ3_S d (1 + 2 s_j), IQ3_XXS d / 4 (1 + 2 s_j).
+template <bool kXxs>
+struct Iq3Kernel {
+  static constexpr int kOffset = kXxs ? 64 : 16;
+  static constexpr int64_t kBlockBytes = kXxs ? 98 : 110, kStepBytes = kBlockBytes;
+  static constexpr int kRows = 8, kTokens = 2, kDecodeRows = 4, kPackSteps = 8, kSmallBatchRows = 2;
+  static constexpr ByteIndex kSubBlock = Iq4XsKernel::kSubBlock;
+  // The sign bits of vector v within each 8 sign bytes (bytes 2p + v / 2, nibble v % 2).
+  static constexpr uint64_t kSignBits[4] = {0x000F000F000F000Full, 0x00F000F000F000F0ull, 0x0F000F000F000F00ull,
+                                            0xF000F000F000F000ull};
+  using Acc = __m512;
+  using A = const uint8_t*;
+  struct W {
+    __m512i q[4];  // signed grid values + kOffset
+    __m512 scale;  // the scale of group p's sub-block
+  };
+  static int64_t steps(int64_t k) { return k / 256; }
+  static int64_t direct_steps(int64_t k) { return k / 256; }
+  static Acc zero() { return _mm512_setzero_ps(); }
+  // Byte p / 2 of `bytes` as int32 lane p.
+  static __m512i per_group(uint64_t bytes) {
+    return _mm512_maskz_permutexvar_epi8(0x1111111111111111ull, _mm512_load_si512(kSubBlock.b),
+                                         _mm512_castsi128_si512(_mm_cvtsi64_si128(int64_t(bytes))));
   }
+  static W load_w(const uint8_t* row, int64_t s) {
+    const uint8_t* p = row + s * kBlockBytes;
+    W w;
+    uint64_t codes = 0, signs[4];
+    __m512i high_bits = _mm512_setzero_si512();
+    if constexpr (kXxs) {
+      uint8_t sign_bytes[32];
+      for (int j = 0; j < 8; ++j) {
+        uint32_t packed;
+        std::memcpy(&packed, p + 66 + 4 * j, 4);
+        codes |= uint64_t(1 + 2 * (packed >> 28)) << (8 * j);
+        for (int l = 0; l < 4; ++l) sign_bytes[4 * j + l] = quant::kIQ3Signs[(packed >> (7 * l)) & 127];
+      }
+      std::memcpy(signs, sign_bytes, 32);
+    } else {
+      for (int j = 0; j < 8; ++j) codes |= uint64_t(1 + 2 * ((p[106 + j / 2] >> (4 * (j % 2))) & 15)) << (8 * j);
+      uint64_t qh;
+      std::memcpy(&qh, p + 66, 8);
+      std::memcpy(signs, p + 74, 32);
+      // Lane p: qh[p / 2], shifted so that bit g % 8 = 4 (p % 2) + v comes down for v = 0.
+      high_bits = _mm512_srlv_epi32(per_group(qh), _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0));
+    }
+    const float d = fp16_to_f32(load_u16(p)) * (kXxs ? 0.25f : 1.0f);
+    w.scale = _mm512_mul_ps(_mm512_cvtepi32_ps(per_group(codes)), _mm512_set1_ps(d));
+    const __m512i qs = _mm512_loadu_si512(p + 2);
+    const __m512i offset = _mm512_set1_epi8(kOffset);
+    for (int v = 0; v < 4; ++v) {
+      __m512i index = _mm512_and_si512(_mm512_srli_epi32(qs, 8 * v), _mm512_set1_epi32(0xff));
+      if constexpr (!kXxs) {
+        index = _mm512_or_si512(
+            index, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(high_bits, v), _mm512_set1_epi32(1)), 8));
+      }
+      const __m512i grid = _mm512_i32gather_epi32(index, kXxs ? quant::kIQ3XXSGrid : quant::kIQ3SGrid, 4);
+      uint64_t negative = 0;
+      for (int u = 0; u < 4; ++u) negative |= _pext_u64(signs[u], kSignBits[v]) << (16 * u);
+      w.q[v] = _mm512_mask_sub_epi8(_mm512_add_epi8(grid, offset), __mmask64(negative), offset, grid);
+    }
+    return w;
+  }
+  static W load_w_tail(const uint8_t* row, int64_t s, int64_t) { return load_w(row, s); }
+  static A load_a(const uint8_t* act, int64_t s) { return act + s * LaneLayout::kBlockBytes; }
+  static void mac(Acc& acc, const W& w, A a) { mac_from_start(acc, w.q, w.scale, a); }
   static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
 
@@ -314,6 +393,10 @@ constexpr FormatKernels kQ5K{DType::Q5_K, LaneLayout::row_bytes, convert_q8_k_la
 constexpr FormatKernels kQ6K{DType::Q6_K, LaneLayout::row_bytes, convert_q8_k_lanes<32>, matmul_tile<Q6KKernel>};
 constexpr FormatKernels kIq4Xs{DType::IQ4_XS, LaneLayout::row_bytes, convert_q8_k_lanes<128>,
                                matmul_tile<Iq4XsKernel>};
+constexpr FormatKernels kIq3S{DType::IQ3_S, LaneLayout::row_bytes, convert_q8_k_lanes<16>,
+                              matmul_tile<Iq3Kernel<false>>};
+constexpr FormatKernels kIq3Xxs{DType::IQ3_XXS, LaneLayout::row_bytes, convert_q8_k_lanes<64>,
+                                matmul_tile<Iq3Kernel<true>>};
 
 }  // namespace
 
@@ -323,6 +406,8 @@ const FormatKernels* avx512_kquant_kernels(DType weight_type) {
     case DType::Q5_K: return &kQ5K;
     case DType::Q6_K: return &kQ6K;
     case DType::IQ4_XS: return &kIq4Xs;
+    case DType::IQ3_S: return &kIq3S;
+    case DType::IQ3_XXS: return &kIq3Xxs;
     default: return nullptr;
   }
 }

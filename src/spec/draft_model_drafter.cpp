@@ -67,29 +67,42 @@ void DraftModelDrafter::propose(std::span<const DraftQuery> queries, std::span<D
     const DraftQuery& q = queries[i];
     if (q.max_drafts <= 0 || q.tokens.empty()) continue;
     Sequence& seq = sequences_[q.id];
+    // The draft's sequence covers the request's tokens from seq.base on (draft positions 0..).
+    std::span<const TokenId> tokens = q.tokens.subspan(std::min(size_t(seq.base), q.tokens.size() - 1));
     // K/V survive for the common prefix of what was fed and the request's tokens; the last token
     // is always computed again (its logits give the first draft).
-    const auto mismatch = std::mismatch(seq.fed.begin(), seq.fed.end(), q.tokens.begin(), q.tokens.end());
-    int64_t common = std::min<int64_t>(mismatch.first - seq.fed.begin(), int64_t(q.tokens.size()) - 1);
+    const auto mismatch = std::mismatch(seq.fed.begin(), seq.fed.end(), tokens.begin(), tokens.end());
+    int64_t common = std::min<int64_t>(mismatch.first - seq.fed.begin(), int64_t(tokens.size()) - 1);
+    // Far behind (drafting was off for a while, e.g. a probe of a draft the policy turned off):
+    // start again from the last kCatchUpWindow tokens rather than computing everything since.
+    // The drafts see less context; the target verifies them as always.
+    if (!seq.fed.empty() && int64_t(tokens.size()) - common > kCatchUpWindow) {
+      kv_.free(q.id);
+      seq.fed.clear();
+      seq.base = int64_t(q.tokens.size()) - kCatchUpWindow;
+      tokens = q.tokens.subspan(size_t(seq.base));
+      common = 0;
+    }
     // A sequence new to the draft starts from whatever of its prompt the draft's prefix cache has
     // (shared system prompts, n > 1, and requests the draft saw before a preemption).
     CachedPrefix prefix;
     if (common == 0) {
       kv_.free(q.id);
-      prefix = kv_.find_cached_prefix(q.tokens.first(q.tokens.size() - 1));
+      prefix = kv_.find_cached_prefix(tokens.first(tokens.size() - 1));
       common = prefix.num_tokens;
-      seq.fed.assign(q.tokens.begin(), q.tokens.begin() + common);
+      seq.fed.assign(tokens.begin(), tokens.begin() + common);
     }
     seq.fed.resize(size_t(common));
     kv_.trim(q.id, common);
-    if (!kv_.allocate_slots(q.id, int64_t(q.tokens.size()), prefix.num_tokens > 0 ? &prefix : nullptr, common)) {
+    if (!kv_.allocate_slots(q.id, int64_t(tokens.size()), prefix.num_tokens > 0 ? &prefix : nullptr, common)) {
       release(q.id);  // no room in the draft's cache: no drafts for it this step
       continue;
     }
+    // The request's whole history: the processors (penalties, grammar) see what the target's see.
     seqs[i].assign(q.tokens.begin(), q.tokens.end());
     // The tokens fed this round join a subset head (prompts and accepted output: the words of
     // the text being written).
-    if (head_ != nullptr) head_->add(q.tokens.subspan(size_t(common)));
+    if (head_ != nullptr) head_->add(tokens.subspan(size_t(common)));
     active.push_back(i);
     first.push_back(common);
   }
@@ -99,8 +112,9 @@ void DraftModelDrafter::propose(std::span<const DraftQuery> queries, std::span<D
     chunks.reserve(active.size());
     for (size_t a = 0; a < active.size(); ++a) {
       const size_t i = active[a];
+      const int64_t base = sequences_[queries[i].id].base;
       SequenceChunk chunk;
-      chunk.tokens = std::span<const TokenId>(seqs[i]).subspan(size_t(first[a]));
+      chunk.tokens = std::span<const TokenId>(seqs[i]).subspan(size_t(base + first[a]));
       chunk.start_position = first[a];
       for (int g = 0; g < kv_.num_groups(); ++g) chunk.block_tables.push_back(kv_.block_table(queries[i].id, g));
       chunk.logits_from = int64_t(chunk.tokens.size()) - 1;
@@ -113,7 +127,7 @@ void DraftModelDrafter::propose(std::span<const DraftQuery> queries, std::span<D
       const size_t i = active[a];
       const DraftQuery& q = queries[i];
       Sequence& seq = sequences_[q.id];
-      seq.fed.insert(seq.fed.end(), seqs[i].begin() + first[a], seqs[i].end());
+      seq.fed.insert(seq.fed.end(), seqs[i].begin() + seq.base + first[a], seqs[i].end());
       kv_.cache_computed_blocks(q.id, seq.fed, int64_t(seq.fed.size()));
       std::span<float> row;
       if (head_ == nullptr) {
@@ -135,10 +149,10 @@ void DraftModelDrafter::propose(std::span<const DraftQuery> queries, std::span<D
       out[i].tokens.push_back(token);
       seqs[i].push_back(token);
       // Another round for this request if it wants more drafts and its cache has room.
-      if (int(out[i].tokens.size()) < q.max_drafts &&
-          kv_.allocate_slots(q.id, int64_t(seqs[i].size()), nullptr, int64_t(seqs[i].size()) - 1)) {
+      const int64_t length = int64_t(seqs[i].size()) - seq.base;  // the draft's sequence
+      if (int(out[i].tokens.size()) < q.max_drafts && kv_.allocate_slots(q.id, length, nullptr, length - 1)) {
         next_active.push_back(i);
-        next_first.push_back(int64_t(seqs[i].size()) - 1);
+        next_first.push_back(length - 1);
       }
     }
     active.swap(next_active);

@@ -3,7 +3,8 @@
 // tokens as the target's cache) and computes on the target's backend and thread pool. Each round
 // it first catches up on the tokens the target accepted since its last proposal (dropping the K/V
 // of its rejected drafts: the common prefix of what it fed and the request's tokens survives),
-// then runs k one-token steps for every drafting request at once.
+// then runs k one-token steps for every drafting request at once. When it is far behind (drafting
+// was off for a while) it restarts from the request's last kCatchUpWindow tokens instead.
 #pragma once
 
 #include <memory>
@@ -46,8 +47,11 @@ class DraftModelDrafter final : public Drafter {
 
  private:
   struct Sequence {
-    std::vector<TokenId> fed;  // tokens whose K/V are in the draft's cache, positions 0..
+    int64_t base = 0;          // the request's token at the draft's position 0
+    std::vector<TokenId> fed;  // tokens base.. whose K/V are in the draft's cache, positions 0..
   };
+  // The most tokens a round catches up on; further behind, the draft restarts from this many.
+  static constexpr int64_t kCatchUpWindow = 128;
   // One forward over `chunks` of the active requests; returns the logits (one row per chunk).
   std::span<float> run(std::span<const SequenceChunk> chunks);
 

@@ -41,6 +41,13 @@ void SpecPolicy::record(RequestId id, int drafted, int accepted) {
   s.accepted = kDecay * s.accepted + accepted;
   s.tried = kDecay * s.tried + tried;
   s.idle_steps = 0;
+  // A probe that accepts nothing waits twice as long for the next; any acceptance resets the wait.
+  if (accepted > 0) {
+    s.probe_steps = kProbeSteps;
+  } else if (s.probing) {
+    s.probe_steps = std::min(2 * s.probe_steps, kMaxProbeSteps);
+  }
+  s.probing = false;
   global_.accepted = kGlobalDecay * global_.accepted + accepted;
   global_.tried = kGlobalDecay * global_.tried + tried;
 }
@@ -93,7 +100,9 @@ std::vector<int> SpecPolicy::choose(std::span<const RequestId> ids, std::span<co
   for (size_t m = 0; m < best_m; ++m) drafts[order[m]] = std::min(best_k, caps[order[m]]);
   // Requests left idle for long are probed with a short draft, so their estimate stays measured.
   for (size_t i = 0; i < b; ++i) {
-    if (drafts[i] == 0 && stats(ids[i]).idle_steps >= kProbeSteps) drafts[i] = std::min(kProbeDrafts, caps[i]);
+    Stats& s = stats(ids[i]);
+    s.probing = drafts[i] == 0 && s.idle_steps >= s.probe_steps;
+    if (s.probing) drafts[i] = std::min(kProbeDrafts, caps[i]);
   }
   return drafts;
 }

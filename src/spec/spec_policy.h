@@ -31,7 +31,9 @@ class SpecPolicy {
   void record(RequestId id, int drafted, int accepted);
   // A step in which the request did not draft: its estimate drifts toward the engine-wide one,
   // and after kProbeSteps such steps choose() probes it with a short draft (so a request turned
-  // off is measured again, at a bounded cost).
+  // off is measured again, at a bounded cost). Each probe that accepts nothing doubles the
+  // request's wait before its next probe, up to kMaxProbeSteps; any accepted draft resets it (a
+  // useless draft costs a probe, and the draft's catch-up, ever more rarely).
   void idle(RequestId id);
   void release(RequestId id) { stats_.erase(id); }
   double acceptance(RequestId id) const;
@@ -39,6 +41,7 @@ class SpecPolicy {
   static constexpr double kPrior = 0.8;    // engine-wide acceptance assumed before any verification
   static constexpr double kMargin = 1.05;  // expected speed-up required to speculate
   static constexpr int kProbeSteps = 32;   // idle steps before a request is probed
+  static constexpr int kMaxProbeSteps = 512;
   static constexpr int kProbeDrafts = 2;
 
  private:
@@ -46,6 +49,8 @@ class SpecPolicy {
     double accepted = 2 * kPrior;  // pseudo-counts: the prior weighs as two trials
     double tried = 2.0;
     int idle_steps = 0;
+    int probe_steps = kProbeSteps;  // idle steps before the next probe
+    bool probing = false;           // the last choose() probed it
   };
   Stats& stats(RequestId id);
   int max_drafts_;

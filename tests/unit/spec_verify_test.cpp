@@ -213,6 +213,35 @@ TEST(SpecPolicy, SpeculatesWhereItPaysAndStopsWhereItDoesNot) {
             (std::vector<int>{6, 2}));
 }
 
+// A request whose drafts are never accepted is probed after 32 idle steps, then 64, 128, ... up to
+// 512; an accepted draft brings the wait back to 32.
+TEST(SpecPolicy, ProbesOfAUselessDraftBackOff) {
+  const FreeDrafter drafter;
+  const StepCostModel compute_bound = cost_model(0.0001, 0.010);  // only probes ever draft
+  SpecPolicy policy(4, /*adaptive=*/true);
+  const std::vector<RequestId> one = {1};
+  const std::vector<int> cap = {4};
+  // Idle steps until the next probe (choose() with the request idle each step).
+  auto steps_to_probe = [&] {
+    for (int step = 1; step <= 4096; ++step) {
+      policy.idle(1);
+      const int drafts = policy.choose(one, cap, 0, compute_bound, drafter)[0];
+      if (drafts > 0) {
+        EXPECT_EQ(drafts, SpecPolicy::kProbeDrafts);
+        return step;
+      }
+    }
+    return -1;
+  };
+  EXPECT_EQ(steps_to_probe(), 32);
+  for (const int expected : {64, 128, 256, 512, 512}) {
+    policy.record(1, SpecPolicy::kProbeDrafts, 0);
+    EXPECT_EQ(steps_to_probe(), expected);
+  }
+  policy.record(1, SpecPolicy::kProbeDrafts, 1);
+  EXPECT_EQ(steps_to_probe(), 32);
+}
+
 TEST(SpecPolicy, ExpectedTokensFollowTheGeometricModel) {
   EXPECT_DOUBLE_EQ(expected_tokens(0.0, 5), 1.0);
   EXPECT_DOUBLE_EQ(expected_tokens(1.0, 5), 6.0);

@@ -347,14 +347,19 @@ struct Iq3Kernel {
     uint64_t codes = 0, signs[4];
     __m512i high_bits = _mm512_setzero_si512();
     if constexpr (kXxs) {
-      uint8_t sign_bytes[32];
-      for (int j = 0; j < 8; ++j) {
-        uint32_t packed;
-        std::memcpy(&packed, p + 66 + 4 * j, 4);
-        codes |= uint64_t(1 + 2 * (packed >> 28)) << (8 * j);
-        for (int l = 0; l < 4; ++l) sign_bytes[4 * j + l] = quant::kIQ3Signs[(packed >> (7 * l)) & 127];
+      // kIQ3Signs computed: each 7-bit index in a byte of its own (PDEP, two sub-blocks at a time),
+      // bit 7 set where that makes the byte's parity even.
+      for (int u = 0; u < 4; ++u) {
+        uint32_t packed[2];
+        std::memcpy(packed, p + 66 + 8 * u, 8);
+        codes |= uint64_t(1 + 2 * (packed[0] >> 28)) << (16 * u) | uint64_t(1 + 2 * (packed[1] >> 28)) << (16 * u + 8);
+        uint64_t bytes = _pdep_u64((packed[0] & 0x0FFFFFFFu) | uint64_t(packed[1] & 0x0FFFFFFFu) << 28,
+                                   0x7F7F7F7F7F7F7F7Full);
+        uint64_t parity = bytes ^ (bytes >> 4);  // bit 0 of each byte ends as the byte's parity
+        parity ^= parity >> 2;
+        parity ^= parity >> 1;
+        signs[u] = bytes | (parity & 0x0101010101010101ull) << 7;
       }
-      std::memcpy(signs, sign_bytes, 32);
     } else {
       for (int j = 0; j < 8; ++j) codes |= uint64_t(1 + 2 * ((p[106 + j / 2] >> (4 * (j % 2))) & 15)) << (8 * j);
       uint64_t qh;

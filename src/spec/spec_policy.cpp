@@ -77,31 +77,41 @@ std::vector<int> SpecPolicy::choose(std::span<const RequestId> ids, std::span<co
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return alpha[x] > alpha[y]; });
 
   const double plain_rate = double(b) / std::max(1e-9, target.seconds(other_tokens + int64_t(b)));
-  double best_rate = plain_rate * kMargin;
-  int best_k = 0;
-  size_t best_m = 0;
-  for (int k = 1; k <= max_drafts_; ++k) {
-    double tokens = double(b);  // the m best draft, the others decode one token
-    int64_t draft_tokens = 0;
-    for (size_t m = 1; m <= b; ++m) {
-      const size_t i = order[m - 1];
-      const int ki = std::min(k, caps[i]);
-      tokens += expected_tokens(alpha[i], ki) - 1.0;
-      draft_tokens += ki;
-      const double cost = target.seconds(other_tokens + int64_t(b) + draft_tokens) + drafter.cost_seconds(int64_t(m), k);
-      const double rate = tokens / std::max(1e-9, cost);
-      if (rate > best_rate) {
-        best_rate = rate;
-        best_k = k;
-        best_m = m;
+  // The best draft length k and number m of requests (the m most likely to be accepted) under
+  // acceptances alpha_of(i): the expected tokens per second, the k and the m.
+  struct Choice {
+    double rate;
+    int k;
+    size_t m;
+  };
+  auto best = [&](const auto& alpha_of) {
+    Choice c{plain_rate * kMargin, 0, 0};
+    for (int k = 1; k <= max_drafts_; ++k) {
+      double tokens = double(b);  // the m best draft, the others decode one token
+      int64_t draft_tokens = 0;
+      for (size_t m = 1; m <= b; ++m) {
+        const size_t i = order[m - 1];
+        const int ki = std::min(k, caps[i]);
+        tokens += expected_tokens(alpha_of(i), ki) - 1.0;
+        draft_tokens += ki;
+        const double cost =
+            target.seconds(other_tokens + int64_t(b) + draft_tokens) + drafter.cost_seconds(int64_t(m), k);
+        const double rate = tokens / std::max(1e-9, cost);
+        if (rate > c.rate) c = {rate, k, m};
       }
     }
-  }
-  for (size_t m = 0; m < best_m; ++m) drafts[order[m]] = std::min(best_k, caps[order[m]]);
+    return c;
+  };
+  const Choice chosen = best([&](size_t i) { return alpha[i]; });
+  for (size_t m = 0; m < chosen.m; ++m) drafts[order[m]] = std::min(chosen.k, caps[order[m]]);
+  // Probes only where drafting could pay at all, were every draft accepted: a compute-bound step
+  // (a large batch on few cores) never gains from drafts, and a probe there only costs the draft's
+  // catch-up (a new request's whole prompt through the draft model).
+  const bool could_pay = chosen.m > 0 || best([](size_t) { return 0.99; }).m > 0;
   // Requests left idle for long are probed with a short draft, so their estimate stays measured.
   for (size_t i = 0; i < b; ++i) {
     Stats& s = stats(ids[i]);
-    s.probing = drafts[i] == 0 && s.idle_steps >= s.probe_steps;
+    s.probing = could_pay && drafts[i] == 0 && s.idle_steps >= s.probe_steps;
     if (s.probing) drafts[i] = std::min(kProbeDrafts, caps[i]);
   }
   return drafts;

@@ -33,7 +33,8 @@ class SpecPolicy {
   // and after kProbeSteps such steps choose() probes it with a short draft (so a request turned
   // off is measured again, at a bounded cost). Each probe that accepts nothing doubles the
   // request's wait before its next probe, up to kMaxProbeSteps; any accepted draft resets it (a
-  // useless draft costs a probe, and the draft's catch-up, ever more rarely).
+  // useless draft costs a probe, and the draft's catch-up, ever more rarely). No probes in steps
+  // where drafting could not pay even with every draft accepted (compute-bound batches).
   void idle(RequestId id);
   void release(RequestId id) { stats_.erase(id); }
   double acceptance(RequestId id) const;

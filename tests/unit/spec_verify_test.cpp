@@ -213,19 +213,31 @@ TEST(SpecPolicy, SpeculatesWhereItPaysAndStopsWhereItDoesNot) {
             (std::vector<int>{6, 2}));
 }
 
+// A draft step costing 60% of a memory-bound target step: drafting pays only with high acceptance.
+class CostlyDrafter final : public Drafter {
+ public:
+  void propose(std::span<const DraftQuery>, std::span<DraftProposal>) override {}
+  void release(RequestId) override {}
+  double cost_seconds(int64_t, int num_drafts) const override { return 0.006 * num_drafts; }
+  const char* name() const override { return "costly"; }
+};
+
 // A request whose drafts are never accepted is probed after 32 idle steps, then 64, 128, ... up to
-// 512; an accepted draft brings the wait back to 32.
+// 512; an accepted draft brings the wait back to 32. Where drafting cannot pay even with every
+// draft accepted (compute-bound), it is never probed.
 TEST(SpecPolicy, ProbesOfAUselessDraftBackOff) {
-  const FreeDrafter drafter;
-  const StepCostModel compute_bound = cost_model(0.0001, 0.010);  // only probes ever draft
+  const CostlyDrafter drafter;
+  const StepCostModel memory_bound = cost_model(0.010, 0.0005);
   SpecPolicy policy(4, /*adaptive=*/true);
   const std::vector<RequestId> one = {1};
   const std::vector<int> cap = {4};
+  for (int i = 0; i < 10; ++i) policy.record(1, 4, 0);  // useless: only probes draft from here on
+  ASSERT_EQ(policy.choose(one, cap, 0, memory_bound, drafter)[0], 0);
   // Idle steps until the next probe (choose() with the request idle each step).
   auto steps_to_probe = [&] {
     for (int step = 1; step <= 4096; ++step) {
       policy.idle(1);
-      const int drafts = policy.choose(one, cap, 0, compute_bound, drafter)[0];
+      const int drafts = policy.choose(one, cap, 0, memory_bound, drafter)[0];
       if (drafts > 0) {
         EXPECT_EQ(drafts, SpecPolicy::kProbeDrafts);
         return step;
@@ -240,6 +252,15 @@ TEST(SpecPolicy, ProbesOfAUselessDraftBackOff) {
   }
   policy.record(1, SpecPolicy::kProbeDrafts, 1);
   EXPECT_EQ(steps_to_probe(), 32);
+
+  const StepCostModel compute_bound = cost_model(0.0001, 0.010);
+  SpecPolicy busy(4, /*adaptive=*/true);
+  for (int i = 0; i < 10; ++i) busy.record(2, 4, 0);
+  const std::vector<RequestId> two = {2};
+  for (int step = 0; step < 600; ++step) {
+    busy.idle(2);
+    ASSERT_EQ(busy.choose(two, cap, 0, compute_bound, drafter)[0], 0) << "step " << step;
+  }
 }
 
 TEST(SpecPolicy, ExpectedTokensFollowTheGeometricModel) {

@@ -100,7 +100,7 @@ void bench_speculative(const SpecBenchOptions& o) {
   const std::vector<std::string> texts = load_prompts(o, *tokenizer);
   std::vector<std::vector<TokenId>> prompts;
   for (const std::string& t : texts) prompts.push_back(tokenizer->encode(t, true, true));
-  const bool subset_head = draft && config.spec.draft_vocab > 0 && config.spec.draft_vocab < draft->config().n_vocab;
+  const bool subset_head = draft && config.spec.draft_head_is_subset(draft->config().n_vocab);
   fmt::print("speculative decoding: {}{}{}, up to {} drafts, {}; {} prompts x {} tokens, {} reps, {} threads\n",
              spec_method_name(config.spec.method), draft ? " (" + o.spec.draft_model + ")" : "",
              subset_head ? fmt::format(", draft head over {} tokens", config.spec.draft_vocab) : "",

@@ -50,7 +50,7 @@ Speculator::Speculator(const SpecConfig& config, const Model& target, const Engi
     dc.num_kv_blocks = (target_tokens + dc.block_size - 1) / dc.block_size;
     const RunnerConfig rc = make_runner_config(draft, dc);
     std::vector<TokenId> head_tokens;
-    if (config.draft_vocab > 0 && config.draft_vocab < draft.config().n_vocab) {
+    if (config.draft_head_is_subset(draft.config().n_vocab)) {
       head_tokens = draft_head_tokens(tokens_by_frequency(Tokenizer::vocab_from_gguf(draft.file())),
                                       config.draft_vocab, stop_tokens);
     }

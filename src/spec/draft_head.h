@@ -4,6 +4,8 @@
 // tokens cover nearly all of what it proposes. Drafting over that subset costs the head's share
 // only for the rows kept; the target still verifies against its whole vocabulary, so the output is
 // unchanged: a token outside the subset is simply never drafted (the target's own token follows).
+// The set grows with use: every token the draft is fed (prompts, accepted output) joins it, so the
+// identifiers and words of the texts being written are drafted even when rare in general.
 #pragma once
 
 #include <cstdint>
@@ -16,9 +18,6 @@ namespace kestrel {
 
 using TokenId = int32_t;
 
-//
-// The set grows with use: every token the draft is fed (prompts, accepted output) joins it, so the
-// identifiers and words of the texts being written are drafted even when rare in general.
 class DraftHead {
  public:
   // Copies the rows `ids` (each < output.rows; any order, repeats ignored) of `output`
@@ -49,9 +48,8 @@ class DraftHead {
   WeightView view_;
 };
 
-// The ids a draft head keeps: the `count` most frequent text tokens (tokens_by_frequency in
-// tokenizer/tokenizer.h, given as `by_frequency`) and every
-// id of `always` (the stop tokens, so that drafts can end a reply), ascending.
+// The ids a draft head starts with: the `count` most frequent text tokens (tokens_by_frequency in
+// tokenizer/tokenizer.h, given as `by_frequency`) and every id of `always` (the stop tokens, so that drafts can end a reply), ascending.
 std::vector<TokenId> draft_head_tokens(std::span<const TokenId> by_frequency, int64_t count,
                                        std::span<const TokenId> always);
 

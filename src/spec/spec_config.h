@@ -1,6 +1,7 @@
 // How a speculating engine drafts: the method, the longest draft, and the adaptive policy's knobs.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace kestrel {
@@ -27,6 +28,8 @@ struct SpecConfig {
   int64_t draft_vocab = 32768;
 
   bool enabled() const { return method != SpecMethod::None && num_spec_tokens > 0; }
+  // Whether a draft model of `n_vocab` tokens drafts over part of its vocabulary only.
+  bool draft_head_is_subset(int64_t n_vocab) const { return draft_vocab > 0 && draft_vocab < n_vocab; }
 };
 
 const char* spec_method_name(SpecMethod method);

@@ -151,6 +151,44 @@ inline void mac_from_start(__m512& acc, const __m512i (&q)[4], __m512 scale, con
   acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lanes), scale), lane_d(a), acc);
 }
 
+// Byte 4p of the result = byte p / 2 of the source (the sub-block of group p); others zero.
+constexpr ByteIndex kSubBlockOfGroup = [] {
+  ByteIndex index{};
+  for (int p = 0; p < 16; ++p) index.b[4 * p] = uint8_t(p / 2);
+  return index;
+}();
+// One byte per 32-element sub-block (byte j: sub-block j) -> int32 lane p = byte p / 2, unsigned.
+inline __m512i per_group_bytes(uint64_t bytes) {
+  return _mm512_maskz_permutexvar_epi8(0x1111111111111111ull, _mm512_load_si512(kSubBlockOfGroup.b),
+                                       _mm512_castsi128_si512(_mm_cvtsi64_si128(int64_t(bytes))));
+}
+// `shift` in the odd int32 lanes, 0 in the even ones: odd groups are the second half of their
+// sub-block.
+inline __m512i odd_lane_shift(int shift) {
+  return _mm512_set_epi32(shift, 0, shift, 0, shift, 0, shift, 0, shift, 0, shift, 0, shift, 0, shift, 0);
+}
+
+// What the kernels whose lanes start from the activations' int32 extra share (Q6_K, IQ4_XS,
+// IQ3_XXS/IQ3_S): the tile shape, the weights as 4 vectors of unsigned levels and a per-group
+// scale, and mac_from_start. K supplies kBlockBytes and load_w.
+template <class K>
+struct OffsetLanesKernel {
+  static constexpr int kRows = 8, kTokens = 2, kDecodeRows = 4, kPackSteps = 8, kSmallBatchRows = 2;
+  using Acc = __m512;
+  using A = const uint8_t*;
+  struct W {
+    __m512i q[4];  // unsigned levels (the format's value + its offset)
+    __m512 scale;  // the scale of group p's sub-block
+  };
+  static int64_t steps(int64_t k) { return k / 256; }
+  static int64_t direct_steps(int64_t k) { return k / 256; }
+  static Acc zero() { return _mm512_setzero_ps(); }
+  static W load_w_tail(const uint8_t* row, int64_t s, int64_t) { return K::load_w(row, s); }
+  static A load_a(const uint8_t* act, int64_t s) { return act + s * LaneLayout::kBlockBytes; }
+  static void mac(Acc& acc, const W& w, A a) { mac_from_start(acc, w.q, w.scale, a); }
+  static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
+};
+
 template <bool kFiveBit>
 struct Q45KKernel {
   static constexpr int64_t kBlockBytes = kFiveBit ? 176 : 144, kStepBytes = kBlockBytes;
@@ -160,12 +198,6 @@ struct Q45KKernel {
   static constexpr DwordIndex kHighGather[4] = {q5k_high_gather(0), q5k_high_gather(1), q5k_high_gather(2),
                                                 q5k_high_gather(3)};
   static constexpr QwordMatrix kHighBit = q5k_high_bit();
-  // Byte 4p of the result = byte p / 2 of the source (the sub-block of group p); others zero.
-  static constexpr ByteIndex kSubBlock = [] {
-    ByteIndex index{};
-    for (int p = 0; p < 16; ++p) index.b[4 * p] = uint8_t(p / 2);
-    return index;
-  }();
   using Acc = __m512;
   using A = const uint8_t*;
   struct W {
@@ -177,9 +209,7 @@ struct Q45KKernel {
   static int64_t direct_steps(int64_t k) { return k / 256; }
   static Acc zero() { return _mm512_setzero_ps(); }
   static __m512 per_group(uint64_t bytes, float factor) {
-    const __m512i ints = _mm512_maskz_permutexvar_epi8(0x1111111111111111ull, _mm512_load_si512(kSubBlock.b),
-                                                       _mm512_castsi128_si512(_mm_cvtsi64_si128(int64_t(bytes))));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(ints), _mm512_set1_ps(factor));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(per_group_bytes(bytes)), _mm512_set1_ps(factor));
   }
   static W load_w(const uint8_t* row, int64_t s) {
     const uint8_t* p = row + s * kBlockBytes;
@@ -212,23 +242,14 @@ struct Q45KKernel {
   static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
 
-struct Q6KKernel {
+struct Q6KKernel : OffsetLanesKernel<Q6KKernel> {
   static constexpr int64_t kBlockBytes = 210, kStepBytes = 210;
-  static constexpr int kRows = 8, kTokens = 2, kDecodeRows = 4, kPackSteps = 8, kSmallBatchRows = 2;
   static constexpr DwordIndex kLowGather[4] = {q6k_low_gather(0), q6k_low_gather(1), q6k_low_gather(2),
                                                q6k_low_gather(3)};
   static constexpr DwordIndex kHighGather[4] = {q6k_high_gather(0), q6k_high_gather(1), q6k_high_gather(2),
                                                 q6k_high_gather(3)};
   static constexpr QwordMatrix kLowBits = q6k_low_bits(), kHighBits = q6k_high_bits();
-  using Acc = __m512;
-  using A = const uint8_t*;
-  struct W {
-    __m512i q[4];  // q (0..63), not q - 32
-    __m512 scale;  // d * scale of sub-block p
-  };
-  static int64_t steps(int64_t k) { return k / 256; }
-  static int64_t direct_steps(int64_t k) { return k / 256; }
-  static Acc zero() { return _mm512_setzero_ps(); }
+  // W: q (0..63), not q - 32; scale d * scale of group p.
   static W load_w(const uint8_t* row, int64_t s) {
     const uint8_t* p = row + s * kBlockBytes;
     W w;
@@ -243,10 +264,6 @@ struct Q6KKernel {
     }
     return w;
   }
-  static W load_w_tail(const uint8_t* row, int64_t s, int64_t) { return load_w(row, s); }
-  static A load_a(const uint8_t* act, int64_t s) { return act + s * LaneLayout::kBlockBytes; }
-  static void mac(Acc& acc, const W& w, A a) { mac_from_start(acc, w.q, w.scale, a); }
-  static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
 
 // IQ4_XS: 136 bytes per super-block (F16 d, scales_h, scales_l[4], qs[128]); sub-block j (32
@@ -260,42 +277,25 @@ constexpr DwordIndex iq4xs_gather(int v) {
   return index;
 }
 
-struct Iq4XsKernel {
+struct Iq4XsKernel : OffsetLanesKernel<Iq4XsKernel> {
   static constexpr int64_t kBlockBytes = 136, kStepBytes = kBlockBytes;
-  static constexpr int kRows = 8, kTokens = 2, kDecodeRows = 4, kPackSteps = 8, kSmallBatchRows = 2;
   static constexpr DwordIndex kGather[4] = {iq4xs_gather(0), iq4xs_gather(1), iq4xs_gather(2), iq4xs_gather(3)};
-  // Byte 4p of the result = byte p / 2 of the source (the sub-block of group p); others zero.
-  static constexpr ByteIndex kSubBlock = [] {
-    ByteIndex index{};
-    for (int p = 0; p < 16; ++p) index.b[4 * p] = uint8_t(p / 2);
-    return index;
-  }();
   // kIQ4Levels + 128 in each 128-bit lane (vpshufb looks up within lanes).
   static constexpr ByteIndex kLevels = [] {
     ByteIndex table{};
     for (int i = 0; i < 64; ++i) table.b[i] = uint8_t(int(quant::kIQ4Levels[i % 16]) + 128);
     return table;
   }();
-  using Acc = __m512;
-  using A = const uint8_t*;
-  struct W {
-    __m512i q[4];  // levels + 128
-    __m512 scale;  // d * (ls - 32) of group p's sub-block
-  };
-  static int64_t steps(int64_t k) { return k / 256; }
-  static int64_t direct_steps(int64_t k) { return k / 256; }
-  static Acc zero() { return _mm512_setzero_ps(); }
+  // W: levels + 128; scale d * (ls - 32) of group p's sub-block.
   static W load_w(const uint8_t* row, int64_t s) {
     const uint8_t* p = row + s * kBlockBytes;
     W w;
-    const __m512i codes = _mm512_maskz_permutexvar_epi8(
-        0x1111111111111111ull, _mm512_load_si512(kSubBlock.b),
-        _mm512_castsi128_si512(_mm_cvtsi64_si128(int64_t(unpack_iq4xs_codes(p)))));
+    const __m512i codes = per_group_bytes(unpack_iq4xs_codes(p));
     w.scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(codes, _mm512_set1_epi32(32))),
                             _mm512_set1_ps(fp16_to_f32(load_u16(p))));
     const __m512i lo = _mm512_loadu_si512(p + 8), hi = _mm512_loadu_si512(p + 72);
     // Odd groups take the high nibbles: shift their lanes by 4 before masking.
-    const __m512i shift = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    const __m512i shift = odd_lane_shift(4);
     const __m512i table = _mm512_load_si512(kLevels.b);
     for (int v = 0; v < 4; ++v) {
       const __m512i dwords = _mm512_permutex2var_epi32(lo, _mm512_load_si512(kGather[v].i), hi);
@@ -304,10 +304,6 @@ struct Iq4XsKernel {
     }
     return w;
   }
-  static W load_w_tail(const uint8_t* row, int64_t s, int64_t) { return load_w(row, s); }
-  static A load_a(const uint8_t* act, int64_t s) { return act + s * LaneLayout::kBlockBytes; }
-  static void mac(Acc& acc, const W& w, A a) { mac_from_start(acc, w.q, w.scale, a); }
-  static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
 
 // IQ3_S: 110 bytes per super-block (F16 d, qs[64], qh[8], signs[32], scales[4]); IQ3_XXS: 98
@@ -319,28 +315,14 @@ struct Iq4XsKernel {
 // largest grid value); the activations' extra, -kOffset * bsum_p, takes the offset back out.
 // Group p's scale is that of sub-block j = p / 2: IQ3_S d (1 + 2 s_j), IQ3_XXS d / 4 (1 + 2 s_j).
 template <bool kXxs>
-struct Iq3Kernel {
+struct Iq3Kernel : OffsetLanesKernel<Iq3Kernel<kXxs>> {
+  using W = typename OffsetLanesKernel<Iq3Kernel<kXxs>>::W;
   static constexpr int kOffset = kXxs ? 64 : 16;
   static constexpr int64_t kBlockBytes = kXxs ? 98 : 110, kStepBytes = kBlockBytes;
-  static constexpr int kRows = 8, kTokens = 2, kDecodeRows = 4, kPackSteps = 8, kSmallBatchRows = 2;
-  static constexpr ByteIndex kSubBlock = Iq4XsKernel::kSubBlock;
   // The sign bits of vector v within each 8 sign bytes (bytes 2p + v / 2, nibble v % 2).
   static constexpr uint64_t kSignBits[4] = {0x000F000F000F000Full, 0x00F000F000F000F0ull, 0x0F000F000F000F00ull,
                                             0xF000F000F000F000ull};
-  using Acc = __m512;
-  using A = const uint8_t*;
-  struct W {
-    __m512i q[4];  // signed grid values + kOffset
-    __m512 scale;  // the scale of group p's sub-block
-  };
-  static int64_t steps(int64_t k) { return k / 256; }
-  static int64_t direct_steps(int64_t k) { return k / 256; }
-  static Acc zero() { return _mm512_setzero_ps(); }
-  // Byte p / 2 of `bytes` as int32 lane p.
-  static __m512i per_group(uint64_t bytes) {
-    return _mm512_maskz_permutexvar_epi8(0x1111111111111111ull, _mm512_load_si512(kSubBlock.b),
-                                         _mm512_castsi128_si512(_mm_cvtsi64_si128(int64_t(bytes))));
-  }
+  // W: signed grid values + kOffset; scale of group p's sub-block.
   static W load_w(const uint8_t* row, int64_t s) {
     const uint8_t* p = row + s * kBlockBytes;
     W w;
@@ -366,10 +348,10 @@ struct Iq3Kernel {
       std::memcpy(&qh, p + 66, 8);
       std::memcpy(signs, p + 74, 32);
       // Lane p: qh[p / 2], shifted so that bit g % 8 = 4 (p % 2) + v comes down for v = 0.
-      high_bits = _mm512_srlv_epi32(per_group(qh), _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0));
+      high_bits = _mm512_srlv_epi32(per_group_bytes(qh), odd_lane_shift(4));
     }
     const float d = fp16_to_f32(load_u16(p)) * (kXxs ? 0.25f : 1.0f);
-    w.scale = _mm512_mul_ps(_mm512_cvtepi32_ps(per_group(codes)), _mm512_set1_ps(d));
+    w.scale = _mm512_mul_ps(_mm512_cvtepi32_ps(per_group_bytes(codes)), _mm512_set1_ps(d));
     const __m512i qs = _mm512_loadu_si512(p + 2);
     const __m512i offset = _mm512_set1_epi8(kOffset);
     for (int v = 0; v < 4; ++v) {
@@ -385,10 +367,6 @@ struct Iq3Kernel {
     }
     return w;
   }
-  static W load_w_tail(const uint8_t* row, int64_t s, int64_t) { return load_w(row, s); }
-  static A load_a(const uint8_t* act, int64_t s) { return act + s * LaneLayout::kBlockBytes; }
-  static void mac(Acc& acc, const W& w, A a) { mac_from_start(acc, w.q, w.scale, a); }
-  static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
 
 constexpr FormatKernels kQ4K{DType::Q4_K, LaneLayout::row_bytes, convert_q8_k_lanes<0>,

@@ -194,10 +194,6 @@ std::vector<RequestOutput> LLMEngine::step() {
   }
   const auto start = std::chrono::steady_clock::now();
   const std::span<float> logits = runner_.execute(chunks);
-  if (speculator_) {
-    speculator_->observe_step(plan.num_scheduled_tokens,
-                              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
 
   const size_t n_vocab = size_t(model_.config().n_vocab);
   std::vector<std::vector<TokenId>> produced(plan.scheduled.size());
@@ -221,6 +217,12 @@ std::vector<RequestOutput> LLMEngine::step() {
       errors[i] = fmt::format("the output constraint allows no token after {} output tokens (a dead end of the grammar for this vocabulary)",
                               s.request->num_output_tokens() + int64_t(produced[i].size()) - 1);
     }
+  }
+  // The cost the speculative policy weighs: the forward and the sampling (or verification) of
+  // its rows.
+  if (speculator_) {
+    speculator_->observe_step(plan.num_scheduled_tokens,
+                              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   scheduler_.update_from_output(plan, produced);
 

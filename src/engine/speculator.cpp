@@ -71,7 +71,7 @@ Speculator::~Speculator() = default;
 void Speculator::attach_drafts(const Scheduler& scheduler, const std::function<Sampler*(RequestId)>& speculating) {
   std::vector<Request*> ready;
   std::vector<Sampler*> samplers;
-  std::vector<int> caps;
+  std::vector<SpecCandidate> candidates;
   int64_t other_tokens = 0;
   for (Request* r : scheduler.running()) {
     r->draft_tokens.clear();
@@ -81,15 +81,14 @@ void Speculator::attach_drafts(const Scheduler& scheduler, const std::function<S
     if (sampler != nullptr) {
       ready.push_back(r);
       samplers.push_back(sampler);
-      caps.push_back(cap);
+      candidates.push_back({r->id, cap, drafter_->catch_up_tokens(r->id, r->tokens),
+                            r->max_tokens - r->num_output_tokens()});
     } else {
       other_tokens += pending;
     }
   }
   other_tokens = std::min(other_tokens, scheduler.config().max_num_batched_tokens);
   if (ready.empty()) return;
-  std::vector<RequestId> ids;
-  for (Request* r : ready) ids.push_back(r->id);
 
   std::vector<DraftQuery> queries(ready.size());
   std::vector<DraftProposal> proposals(ready.size());
@@ -99,27 +98,27 @@ void Speculator::attach_drafts(const Scheduler& scheduler, const std::function<S
   std::vector<int> drafts;
   if (drafter_->cost_seconds(1, 1) == 0.0) {
     // A free drafter proposes first; the policy then keeps what pays.
-    for (size_t i = 0; i < ready.size(); ++i) query(i, caps[i]);
+    for (size_t i = 0; i < ready.size(); ++i) query(i, candidates[i].cap);
     drafter_->propose(queries, proposals);
-    std::vector<int> lengths;
-    for (const DraftProposal& p : proposals) lengths.push_back(int(p.tokens.size()));
-    drafts = policy_.choose(ids, lengths, other_tokens, target_cost_, *drafter_);
+    for (size_t i = 0; i < ready.size(); ++i) candidates[i].cap = int(proposals[i].tokens.size());
+    drafts = policy_.choose(candidates, other_tokens, target_cost_, *drafter_);
   } else {
-    drafts = policy_.choose(ids, caps, other_tokens, target_cost_, *drafter_);
+    drafts = policy_.choose(candidates, other_tokens, target_cost_, *drafter_);
     for (size_t i = 0; i < ready.size(); ++i) query(i, drafts[i]);
     drafter_->propose(queries, proposals);
   }
   for (size_t i = 0; i < ready.size(); ++i) {
+    const RequestId id = ready[i]->id;
     DraftProposal& p = proposals[i];
     const size_t n = std::min(p.tokens.size(), size_t(std::max(0, drafts[i])));
     p.tokens.resize(n);
     if (!p.dists.empty()) p.dists.resize(n);
     ready[i]->draft_tokens = p.tokens;
     if (n == 0) {
-      policy_.idle(ids[i]);
-      dists_.erase(ids[i]);
+      policy_.idle(id);
+      dists_.erase(id);
     } else {
-      dists_[ids[i]] = std::move(p.dists);
+      dists_[id] = std::move(p.dists);
     }
   }
 }

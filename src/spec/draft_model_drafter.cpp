@@ -43,17 +43,35 @@ void DraftModelDrafter::release(RequestId id) {
 double DraftModelDrafter::cost_seconds(int64_t num_requests, int num_drafts) const {
   if (num_drafts <= 0) return 0.0;
   // The first round also catches up on the last step's accepted tokens (about two per request).
-  return cost_.seconds(2 * num_requests) + double(num_drafts - 1) * cost_.seconds(num_requests);
+  return cost_.seconds(kRoundCatchUp * num_requests) + double(num_drafts - 1) * cost_.seconds(num_requests);
 }
 
-std::span<float> DraftModelDrafter::run(std::span<const SequenceChunk> chunks) {
-  const auto start = std::chrono::steady_clock::now();
-  const std::span<float> logits = runner_.execute(chunks);
-  int64_t tokens = 0;
-  for (const SequenceChunk& c : chunks) tokens += int64_t(c.tokens.size());
-  cost_.observe(tokens, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  return logits;
+DraftModelDrafter::Resume DraftModelDrafter::resume(const Sequence* seq, std::span<const TokenId> tokens) const {
+  Resume r;
+  if (seq == nullptr) return r;  // new to the draft: everything from position 0
+  r.base = std::min(seq->base, int64_t(tokens.size()) - 1);
+  const std::span<const TokenId> own = tokens.subspan(size_t(r.base));
+  const auto mismatch = std::mismatch(seq->fed.begin(), seq->fed.end(), own.begin(), own.end());
+  r.common = std::min<int64_t>(mismatch.first - seq->fed.begin(), int64_t(own.size()) - 1);
+  // Far behind (drafting was off for a while, e.g. a probe of a draft the policy turned off):
+  // start again from the last kCatchUpWindow tokens rather than computing everything since.
+  // The drafts see less context; the target verifies them as always.
+  if (!seq->fed.empty() && int64_t(own.size()) - r.common > kCatchUpWindow) {
+    r = {int64_t(tokens.size()) - kCatchUpWindow, 0, true};
+  }
+  return r;
 }
+
+int64_t DraftModelDrafter::catch_up_tokens(RequestId id, std::span<const TokenId> tokens) const {
+  if (tokens.empty()) return 0;
+  const auto it = sequences_.find(id);
+  const Resume r = resume(it == sequences_.end() ? nullptr : &it->second, tokens);
+  // A new sequence computes its whole prompt (its prefix-cache hits are not looked up here).
+  const int64_t behind = it == sequences_.end() ? int64_t(tokens.size()) : int64_t(tokens.size()) - r.base - r.common;
+  return std::max<int64_t>(0, behind - kRoundCatchUp);
+}
+
+double DraftModelDrafter::catch_up_seconds(int64_t tokens) const { return tokens > 0 ? cost_.seconds(tokens) : 0.0; }
 
 void DraftModelDrafter::propose(std::span<const DraftQuery> queries, std::span<DraftProposal> out) {
   const size_t n_vocab = size_t(model_.config().n_vocab);
@@ -67,22 +85,15 @@ void DraftModelDrafter::propose(std::span<const DraftQuery> queries, std::span<D
     const DraftQuery& q = queries[i];
     if (q.max_drafts <= 0 || q.tokens.empty()) continue;
     Sequence& seq = sequences_[q.id];
-    // The draft's sequence covers the request's tokens from seq.base on (draft positions 0..).
-    std::span<const TokenId> tokens = q.tokens.subspan(std::min(size_t(seq.base), q.tokens.size() - 1));
-    // K/V survive for the common prefix of what was fed and the request's tokens; the last token
-    // is always computed again (its logits give the first draft).
-    const auto mismatch = std::mismatch(seq.fed.begin(), seq.fed.end(), tokens.begin(), tokens.end());
-    int64_t common = std::min<int64_t>(mismatch.first - seq.fed.begin(), int64_t(tokens.size()) - 1);
-    // Far behind (drafting was off for a while, e.g. a probe of a draft the policy turned off):
-    // start again from the last kCatchUpWindow tokens rather than computing everything since.
-    // The drafts see less context; the target verifies them as always.
-    if (!seq.fed.empty() && int64_t(tokens.size()) - common > kCatchUpWindow) {
+    const Resume r = resume(&seq, q.tokens);
+    if (r.restart) {
       kv_.free(q.id);
       seq.fed.clear();
-      seq.base = int64_t(q.tokens.size()) - kCatchUpWindow;
-      tokens = q.tokens.subspan(size_t(seq.base));
-      common = 0;
     }
+    seq.base = r.base;
+    // The draft's sequence covers the request's tokens from seq.base on (draft positions 0..).
+    const std::span<const TokenId> tokens = q.tokens.subspan(size_t(seq.base));
+    int64_t common = r.common;
     // A sequence new to the draft starts from whatever of its prompt the draft's prefix cache has
     // (shared system prompts, n > 1, and requests the draft saw before a preemption).
     CachedPrefix prefix;
@@ -120,7 +131,11 @@ void DraftModelDrafter::propose(std::span<const DraftQuery> queries, std::span<D
       chunk.logits_from = int64_t(chunk.tokens.size()) - 1;
       chunks.push_back(chunk);
     }
-    const std::span<float> logits = run(chunks);
+    // A round's cost is its forward and the drafts drawn from it (processors over whole rows).
+    const auto round_start = std::chrono::steady_clock::now();
+    int64_t round_tokens = 0;
+    for (const SequenceChunk& c : chunks) round_tokens += int64_t(c.tokens.size());
+    const std::span<float> logits = runner_.execute(chunks);
     std::vector<size_t> next_active;
     std::vector<int64_t> next_first;
     for (size_t a = 0; a < active.size(); ++a) {
@@ -155,6 +170,7 @@ void DraftModelDrafter::propose(std::span<const DraftQuery> queries, std::span<D
         next_first.push_back(length - 1);
       }
     }
+    cost_.observe(round_tokens, std::chrono::duration<double>(std::chrono::steady_clock::now() - round_start).count());
     active.swap(next_active);
     first.swap(next_first);
   }

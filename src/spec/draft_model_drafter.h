@@ -39,6 +39,8 @@ class DraftModelDrafter final : public Drafter {
   void propose(std::span<const DraftQuery> queries, std::span<DraftProposal> out) override;
   void release(RequestId id) override;
   double cost_seconds(int64_t num_requests, int num_drafts) const override;
+  int64_t catch_up_tokens(RequestId id, std::span<const TokenId> tokens) const override;
+  double catch_up_seconds(int64_t tokens) const override;
   const char* name() const override { return "draft"; }
 
   // Measures the draft's step costs (once, at start-up).
@@ -52,8 +54,20 @@ class DraftModelDrafter final : public Drafter {
   };
   // The most tokens a round catches up on; further behind, the draft restarts from this many.
   static constexpr int64_t kCatchUpWindow = 128;
-  // One forward over `chunks` of the active requests; returns the logits (one row per chunk).
-  std::span<float> run(std::span<const SequenceChunk> chunks);
+  // Tokens a round computes per request before its first draft when the draft is in step (the
+  // last step's accepted tokens and the target's bonus token): cost_seconds counts these.
+  static constexpr int64_t kRoundCatchUp = 2;
+  // Where the draft's sequence for a request with `tokens` so far starts this round: the
+  // request's token at draft position 0 (base) and the draft positions whose K/V survive
+  // (common: the common prefix of what was fed and the request's tokens, never the last token,
+  // whose logits give the first draft); restart: the draft is further behind than
+  // kCatchUpWindow and starts again from the last kCatchUpWindow tokens.
+  struct Resume {
+    int64_t base = 0;
+    int64_t common = 0;
+    bool restart = false;
+  };
+  Resume resume(const Sequence* seq, std::span<const TokenId> tokens) const;
 
   const Model& model_;
   std::unique_ptr<DraftHead> head_;  // null: the model's whole head

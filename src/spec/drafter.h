@@ -38,6 +38,12 @@ class Drafter {
   // Seconds one drafting round of `num_drafts` tokens for each of `num_requests` requests costs
   // (the cost model's draft term; 0 for drafters that run no model).
   virtual double cost_seconds(int64_t num_requests, int num_drafts) const = 0;
+  // Tokens the drafter must compute for a request (its tokens so far: `tokens`) before its first
+  // draft beyond what cost_seconds counts (a draft model that has not seen the prompt, or the
+  // tokens generated while it did not draft), and what computing them costs. 0 for drafters that
+  // run no model.
+  virtual int64_t catch_up_tokens(RequestId /*id*/, std::span<const TokenId> /*tokens*/) const { return 0; }
+  virtual double catch_up_seconds(int64_t /*tokens*/) const { return 0.0; }
   virtual const char* name() const = 0;
 };
 

@@ -61,58 +61,74 @@ void SpecPolicy::idle(RequestId id) {
   ++s.idle_steps;
 }
 
-std::vector<int> SpecPolicy::choose(std::span<const RequestId> ids, std::span<const int> caps, int64_t other_tokens,
+std::vector<int> SpecPolicy::choose(std::span<const SpecCandidate> candidates, int64_t other_tokens,
                                     const StepCostModel& target, const Drafter& drafter) {
-  const size_t b = ids.size();
+  const size_t b = candidates.size();
   std::vector<int> drafts(b, 0);
   if (b == 0) return drafts;
   if (!adaptive_ || !target.calibrated()) {
-    for (size_t i = 0; i < b; ++i) drafts[i] = std::min(caps[i], max_drafts_);
+    for (size_t i = 0; i < b; ++i) drafts[i] = std::min(candidates[i].cap, max_drafts_);
     return drafts;
   }
   std::vector<size_t> order(b);
   std::iota(order.begin(), order.end(), 0);
-  std::vector<double> alpha(b);
-  for (size_t i = 0; i < b; ++i) alpha[i] = acceptance(ids[i]);
+  std::vector<double> alpha(b), catch_up(b);
+  for (size_t i = 0; i < b; ++i) {
+    alpha[i] = acceptance(candidates[i].id);
+    catch_up[i] = drafter.catch_up_seconds(candidates[i].catch_up);
+  }
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return alpha[x] > alpha[y]; });
 
   const double plain_rate = double(b) / std::max(1e-9, target.seconds(other_tokens + int64_t(b)));
   // The best draft length k and number m of requests (the m most likely to be accepted) under
-  // acceptances alpha_of(i): the expected tokens per second, the k and the m.
+  // acceptances alpha_of(i): the expected tokens per second, the k and the m; m = 0 unless some
+  // choice beats plain decoding by `margin`.
   struct Choice {
     double rate;
     int k;
     size_t m;
   };
-  auto best = [&](const auto& alpha_of) {
-    Choice c{plain_rate * kMargin, 0, 0};
+  auto best = [&](const auto& alpha_of, double margin) {
+    Choice c{plain_rate * margin, 0, 0};
     for (int k = 1; k <= max_drafts_; ++k) {
       double tokens = double(b);  // the m best draft, the others decode one token
       int64_t draft_tokens = 0;
+      double amortized = 0.0;     // the drafters' catch-up, per step of the requests' remaining output
       for (size_t m = 1; m <= b; ++m) {
         const size_t i = order[m - 1];
-        const int ki = std::min(k, caps[i]);
-        tokens += expected_tokens(alpha_of(i), ki) - 1.0;
+        const int ki = std::min(k, candidates[i].cap);
+        const double per_step = expected_tokens(alpha_of(i), ki);
+        tokens += per_step - 1.0;
         draft_tokens += ki;
-        const double cost =
-            target.seconds(other_tokens + int64_t(b) + draft_tokens) + drafter.cost_seconds(int64_t(m), k);
+        if (catch_up[i] > 0.0) {
+          const double horizon = double(std::clamp<int64_t>(candidates[i].remaining, 1, kAmortizeTokens));
+          amortized += catch_up[i] / std::max(1.0, horizon / per_step);
+        }
+        const double cost = target.seconds(other_tokens + int64_t(b) + draft_tokens) +
+                            drafter.cost_seconds(int64_t(m), k) + amortized;
         const double rate = tokens / std::max(1e-9, cost);
         if (rate > c.rate) c = {rate, k, m};
       }
     }
     return c;
   };
-  const Choice chosen = best([&](size_t i) { return alpha[i]; });
-  for (size_t m = 0; m < chosen.m; ++m) drafts[order[m]] = std::min(chosen.k, caps[order[m]]);
-  // Probes only where drafting could pay at all, were every draft accepted: a compute-bound step
-  // (a large batch on few cores) never gains from drafts, and a probe there only costs the draft's
-  // catch-up (a new request's whole prompt through the draft model).
-  const bool could_pay = chosen.m > 0 || best([](size_t) { return 0.99; }).m > 0;
-  // Requests left idle for long are probed with a short draft, so their estimate stays measured.
+  const Choice chosen = best([&](size_t i) { return alpha[i]; }, kMargin);
+  for (size_t m = 0; m < chosen.m; ++m) drafts[order[m]] = std::min(chosen.k, candidates[order[m]].cap);
+  // Requests left idle for long are probed with a short draft, so their estimate stays measured:
+  // one per step, the one idle longest, and only where drafting would pay well were every draft
+  // accepted (in a compute-bound step a probe only costs the draft's catch-up).
+  size_t probe = b;
   for (size_t i = 0; i < b; ++i) {
-    Stats& s = stats(ids[i]);
-    s.probing = could_pay && drafts[i] == 0 && s.idle_steps >= s.probe_steps;
-    if (s.probing) drafts[i] = std::min(kProbeDrafts, caps[i]);
+    Stats& s = stats(candidates[i].id);
+    s.probing = false;
+    if (drafts[i] == 0 && s.idle_steps >= s.probe_steps &&
+        (probe == b || s.idle_steps > stats(candidates[probe].id).idle_steps)) {
+      probe = i;
+    }
+  }
+  if (probe < b && best([](size_t) { return 0.99; }, kProbeMargin).m > 0) {
+    stats(candidates[probe].id).probing = true;
+    drafts[probe] = std::min(kProbeDrafts, candidates[probe].cap);
   }
   return drafts;
 }

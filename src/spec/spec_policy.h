@@ -5,7 +5,11 @@
 // that draft (the ones with the best acceptance first) maximise the expected tokens per second
 // under the measured step costs (the target's verify cost at the step's token count, the
 // drafter's cost), against plain decoding; speculation runs only where it is expected to beat
-// plain decoding by a margin (large batches, low acceptance and short outputs turn it off).
+// plain decoding by a margin (large batches, low acceptance and short outputs turn it off). A
+// drafter that must first catch up (a draft model that has not seen the request's prompt, or the
+// tokens generated while it did not draft) pays for that once; the policy spreads that cost over
+// the request's remaining output (at most kAmortizeTokens), so a short output or a large batch
+// does not start a draft model that cannot earn its catch-up back.
 #pragma once
 
 #include <cstdint>
@@ -19,13 +23,20 @@
 
 namespace kestrel {
 
+// A request ready to decode that may speculate.
+struct SpecCandidate {
+  RequestId id = 0;
+  int cap = 0;            // the most drafts it may take this step
+  int64_t catch_up = 0;   // tokens the drafter computes before its first draft (Drafter::catch_up_tokens)
+  int64_t remaining = 0;  // output tokens it may still produce
+};
+
 class SpecPolicy {
  public:
   SpecPolicy(int max_drafts, bool adaptive);
 
-  // Drafts for each request of `ids` (requests ready to decode that speculate), at most caps[i]
-  // each; `other_tokens` are the step's prefill tokens.
-  std::vector<int> choose(std::span<const RequestId> ids, std::span<const int> caps, int64_t other_tokens,
+  // Drafts for each candidate (at most its cap); `other_tokens` are the step's prefill tokens.
+  std::vector<int> choose(std::span<const SpecCandidate> candidates, int64_t other_tokens,
                           const StepCostModel& target, const Drafter& drafter);
   // A verification of `drafted` drafts accepted `accepted`.
   void record(RequestId id, int drafted, int accepted);
@@ -33,14 +44,18 @@ class SpecPolicy {
   // and after kProbeSteps such steps choose() probes it with a short draft (so a request turned
   // off is measured again, at a bounded cost). Each probe that accepts nothing doubles the
   // request's wait before its next probe, up to kMaxProbeSteps; any accepted draft resets it (a
-  // useless draft costs a probe, and the draft's catch-up, ever more rarely). No probes in steps
-  // where drafting could not pay even with every draft accepted (compute-bound batches).
+  // useless draft costs a probe, and the draft's catch-up, ever more rarely). Probes only in steps
+  // where drafting would beat plain decoding by kProbeMargin were every draft accepted (never in
+  // compute-bound batches, where a probe's catch-up stalls every request), and at most one per
+  // step (the request idle longest), so probes never stall a step all at once.
   void idle(RequestId id);
   void release(RequestId id) { stats_.erase(id); }
   double acceptance(RequestId id) const;
 
   static constexpr double kPrior = 0.8;    // engine-wide acceptance assumed before any verification
   static constexpr double kMargin = 1.05;  // expected speed-up required to speculate
+  static constexpr double kProbeMargin = 1.25;  // speed-up at full acceptance required to probe
+  static constexpr int64_t kAmortizeTokens = 256;  // most output tokens a catch-up is spread over
   static constexpr int kProbeSteps = 32;   // idle steps before a request is probed
   static constexpr int kMaxProbeSteps = 512;
   static constexpr int kProbeDrafts = 2;

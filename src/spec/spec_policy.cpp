@@ -23,6 +23,9 @@ SpecPolicy::Stats& SpecPolicy::stats(RequestId id) {
   const double alpha = global_.accepted / global_.tried;
   s.accepted = 2 * alpha;
   s.tried = 2.0;
+  // ... and waits for its first probe as long as the last failed probe's request did (a draft that
+  // has proved useless is not paid for again by every new request).
+  s.probe_steps = global_.probe_steps;
   return stats_.emplace(id, s).first->second;
 }
 
@@ -44,8 +47,10 @@ void SpecPolicy::record(RequestId id, int drafted, int accepted) {
   // A probe that accepts nothing waits twice as long for the next; any acceptance resets the wait.
   if (accepted > 0) {
     s.probe_steps = kProbeSteps;
+    global_.probe_steps = kProbeSteps;
   } else if (s.probing) {
     s.probe_steps = std::min(2 * s.probe_steps, kMaxProbeSteps);
+    global_.probe_steps = s.probe_steps;
   }
   s.probing = false;
   global_.accepted = kGlobalDecay * global_.accepted + accepted;

@@ -47,7 +47,9 @@ class SpecPolicy {
   // useless draft costs a probe, and the draft's catch-up, ever more rarely). Probes only in steps
   // where drafting would beat plain decoding by kProbeMargin were every draft accepted (never in
   // compute-bound batches, where a probe's catch-up stalls every request), and at most one per
-  // step (the request idle longest), so probes never stall a step all at once.
+  // step (the request idle longest), so probes never stall a step all at once. A new request
+  // starts with the wait of the last probed request (engine-wide: a useless draft is not probed
+  // again at every new request; any accepted draft brings the wait back to kProbeSteps).
   void idle(RequestId id);
   void release(RequestId id) { stats_.erase(id); }
   double acceptance(RequestId id) const;
@@ -71,7 +73,7 @@ class SpecPolicy {
   Stats& stats(RequestId id);
   int max_drafts_;
   bool adaptive_;
-  Stats global_;  // every verification (slower decay): new requests start from it
+  Stats global_;  // every verification (slower decay) and the last probe wait: new requests start from it
   std::unordered_map<RequestId, Stats> stats_;
 };
 

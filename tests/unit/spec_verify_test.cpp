@@ -259,6 +259,15 @@ TEST(SpecPolicy, ProbesOfAUselessDraftBackOff) {
     policy.record(1, SpecPolicy::kProbeDrafts, 0);
     EXPECT_EQ(steps_to_probe(), expected);
   }
+  // A new request while the draft is useless waits as long as the last probe did ...
+  const std::vector<RequestId> next = {7};
+  int first_probe = -1;
+  for (int step = 1; step <= 1024 && first_probe < 0; ++step) {
+    if (policy.choose(candidates(next, cap), 0, memory_bound, drafter)[0] > 0) first_probe = step;
+    policy.idle(7);
+  }
+  EXPECT_EQ(first_probe, 513);
+  // ... and an accepted draft brings every wait back to 32.
   policy.record(1, SpecPolicy::kProbeDrafts, 1);
   EXPECT_EQ(steps_to_probe(), 32);
 

@@ -27,6 +27,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "core/dtype.h"
+#include "core/half.h"
 #include "core/thread_pool.h"
 #include "quant/format.h"
 
@@ -47,8 +48,16 @@ std::vector<uint8_t> make_matrix(DType type) {
   std::vector<float> src(static_cast<size_t>(kCols));
   constexpr int64_t kDistinct = 256;
   for (int64_t r = 0; r < kDistinct; ++r) {
+    uint8_t* row = bytes.data() + r * row_bytes;
+    if (format.quantize_row == nullptr) {
+      // A read-only format (IQ2_XXS): random codes, every block's leading F16 d set to 0.001.
+      for (int64_t i = 0; i < row_bytes; ++i) row[i] = uint8_t(rng());
+      const uint16_t d = float_to_fp16(0.001f);
+      for (int64_t b = 0; b < kCols / format.block_size; ++b) std::memcpy(row + b * format.block_bytes, &d, 2);
+      continue;
+    }
     for (float& v : src) v = dist(rng);
-    format.quantize_row(src.data(), bytes.data() + r * row_bytes, kCols);
+    format.quantize_row(src.data(), row, kCols);
   }
   for (int64_t r = kDistinct; r < kRows; ++r) {
     std::memcpy(bytes.data() + r * row_bytes, bytes.data() + (r % kDistinct) * row_bytes, size_t(row_bytes));
@@ -149,7 +158,7 @@ void register_all() {
         ->Unit(benchmark::kMillisecond);
   }
   const DType types[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q3_K, DType::Q4_K,
-                         DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::IQ3_XXS, DType::IQ3_S, DType::INT8_PC, DType::INT4_SYM_G128,
+                         DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::IQ3_XXS, DType::IQ3_S, DType::IQ2_XXS, DType::INT8_PC, DType::INT4_SYM_G128,
                          DType::INT4_ASYM_G128, DType::FP8_E4M3_PC};
   // decode: n = 1 from DRAM; decodehot: n = 1 on one matrix that stays in L3 (kernel speed without
   // the memory limit); prefill: n = 64, 512.

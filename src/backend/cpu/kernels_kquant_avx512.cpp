@@ -1,5 +1,5 @@
 // AVX-512 kernels for the k-quants Q4_K, Q5_K and Q6_K (those of llama.cpp's Q4_K_M and Q5_K_M
-// files), IQ4_XS, IQ3_XXS and IQ3_S against Q8_K activations. One step is one super-block of 256 elements.
+// files), IQ4_XS, IQ3_XXS, IQ3_S and IQ2_XXS against Q8_K activations. One step is one super-block of 256 elements.
 //
 // Activations are stored lane-major: in each super-block, 32-bit lane p of activation vector v
 // (v = 0..3) holds elements 16p + 4v .. 16p + 4v + 3, so over the four vectors lane p covers
@@ -15,6 +15,7 @@
 //   IQ4_XS:     lanes start from -128 * bsum_p            levels are looked up + 128 (unsigned)
 //   IQ3_S:      lanes start from -16 * bsum_p             signed grid values + 16 (unsigned)
 //   IQ3_XXS:    lanes start from -64 * bsum_p             signed grid values + 64 (unsigned)
+//   IQ2_XXS:    lanes start from -64 * bsum_p             signed grid values + 64 (unsigned)
 // 7-8 vector operations per (row, token, super-block), against 14 for the former maddubs/dpwssd
 // form (maddubs issues on one port only); the decoding is shared by the 8 x 2 token tile and, on
 // the packed prefill path (kernels_tile.h), by a whole block of up to 64 tokens. Every lane's
@@ -32,6 +33,7 @@
 #include "backend/cpu/kernels_tile.h"
 #include "quant/blocks.h"
 #include "quant/iq3_grids.h"
+#include "quant/iq_grids.h"
 
 namespace kestrel::cpu {
 namespace {
@@ -306,11 +308,43 @@ struct Iq4XsKernel : OffsetLanesKernel<Iq4XsKernel> {
   }
 };
 
+// Sign bytes of the XXS formats (IQ3_XXS, IQ2_XXS): sub-block j's 32-bit word at words + j *
+// stride holds four 7-bit indices into ksigns_iq2xs (bits 0..27; the table's byte is the index
+// with bit 7 set where that makes the byte's parity even) and the 4-bit scale s_j (bits 28..31).
+// signs[u]: the sign bytes of sub-blocks 2u and 2u + 1 (byte 4 (j % 2) + i: index i of j), computed
+// (PDEP, then a parity fold) rather than looked up. Returns the codes 1 + 2 s_j, one byte each.
+inline uint64_t xxs_signs(const uint8_t* words, int stride, uint64_t signs[4]) {
+  uint64_t codes = 0;
+  for (int u = 0; u < 4; ++u) {
+    uint32_t packed[2];
+    std::memcpy(&packed[0], words + 2 * u * stride, 4);
+    std::memcpy(&packed[1], words + (2 * u + 1) * stride, 4);
+    codes |= uint64_t(1 + 2 * (packed[0] >> 28)) << (16 * u) | uint64_t(1 + 2 * (packed[1] >> 28)) << (16 * u + 8);
+    const uint64_t bytes =
+        _pdep_u64((packed[0] & 0x0FFFFFFFu) | uint64_t(packed[1] & 0x0FFFFFFFu) << 28, 0x7F7F7F7F7F7F7F7Full);
+    uint64_t parity = bytes ^ (bytes >> 4);  // bit 0 of each byte ends as the byte's parity
+    parity ^= parity >> 2;
+    parity ^= parity >> 1;
+    signs[u] = bytes | (parity & 0x0101010101010101ull) << 7;
+  }
+  return codes;
+}
+
+// The negative bytes of vector v (lane p: elements 16p + 4v .. + 3) when sign byte 2p + v / 2 of
+// the block (8 per uint64 of signs[]) covers elements 16p + 8 (v / 2) .. + 7: bits 4 (v % 2) .. + 3.
+inline __mmask64 negative_bytes(const uint64_t signs[4], int v) {
+  static constexpr uint64_t kSignBits[4] = {0x000F000F000F000Full, 0x00F000F000F000F0ull, 0x0F000F000F000F00ull,
+                                            0xF000F000F000F000ull};
+  uint64_t negative = 0;
+  for (int u = 0; u < 4; ++u) negative |= _pext_u64(signs[u], kSignBits[v]) << (16 * u);
+  return __mmask64(negative);
+}
+
 // IQ3_S: 110 bytes per super-block (F16 d, qs[64], qh[8], signs[32], scales[4]); IQ3_XXS: 98
 // bytes (F16 d, qs[64], signs_scales[32]; quant/blocks.h). The 4 values of lane p of vector v
 // (elements 16p + 4v ..) are exactly grid entry g = 4p + v, gathered from the format's grid
 // (IQ3_S: index qs[g] | bit g % 8 of qh[g / 8] << 8; IQ3_XXS: qs[g]); their signs are bits 4 (v %
-// 2) .. + 3 of sign byte 2p + v / 2 (IQ3_S: signs[]; IQ3_XXS: kIQ3Signs of each 7-bit index).
+// 2) .. + 3 of sign byte 2p + v / 2 (IQ3_S: signs[]; IQ3_XXS: xxs_signs).
 // Signed values are stored + kOffset (unsigned for dpbusd: IQ3_S 16, IQ3_XXS 64, above the
 // largest grid value); the activations' extra, -kOffset * bsum_p, takes the offset back out.
 // Group p's scale is that of sub-block j = p / 2: IQ3_S d (1 + 2 s_j), IQ3_XXS d / 4 (1 + 2 s_j).
@@ -319,9 +353,6 @@ struct Iq3Kernel : OffsetLanesKernel<Iq3Kernel<kXxs>> {
   using W = typename OffsetLanesKernel<Iq3Kernel<kXxs>>::W;
   static constexpr int kOffset = kXxs ? 64 : 16;
   static constexpr int64_t kBlockBytes = kXxs ? 98 : 110, kStepBytes = kBlockBytes;
-  // The sign bits of vector v within each 8 sign bytes (bytes 2p + v / 2, nibble v % 2).
-  static constexpr uint64_t kSignBits[4] = {0x000F000F000F000Full, 0x00F000F000F000F0ull, 0x0F000F000F000F00ull,
-                                            0xF000F000F000F000ull};
   // W: signed grid values + kOffset; scale of group p's sub-block.
   static W load_w(const uint8_t* row, int64_t s) {
     const uint8_t* p = row + s * kBlockBytes;
@@ -329,19 +360,7 @@ struct Iq3Kernel : OffsetLanesKernel<Iq3Kernel<kXxs>> {
     uint64_t codes = 0, signs[4];
     __m512i high_bits = _mm512_setzero_si512();
     if constexpr (kXxs) {
-      // kIQ3Signs computed: each 7-bit index in a byte of its own (PDEP, two sub-blocks at a time),
-      // bit 7 set where that makes the byte's parity even.
-      for (int u = 0; u < 4; ++u) {
-        uint32_t packed[2];
-        std::memcpy(packed, p + 66 + 8 * u, 8);
-        codes |= uint64_t(1 + 2 * (packed[0] >> 28)) << (16 * u) | uint64_t(1 + 2 * (packed[1] >> 28)) << (16 * u + 8);
-        uint64_t bytes = _pdep_u64((packed[0] & 0x0FFFFFFFu) | uint64_t(packed[1] & 0x0FFFFFFFu) << 28,
-                                   0x7F7F7F7F7F7F7F7Full);
-        uint64_t parity = bytes ^ (bytes >> 4);  // bit 0 of each byte ends as the byte's parity
-        parity ^= parity >> 2;
-        parity ^= parity >> 1;
-        signs[u] = bytes | (parity & 0x0101010101010101ull) << 7;
-      }
+      codes = xxs_signs(p + 66, 4, signs);
     } else {
       for (int j = 0; j < 8; ++j) codes |= uint64_t(1 + 2 * ((p[106 + j / 2] >> (4 * (j % 2))) & 15)) << (8 * j);
       uint64_t qh;
@@ -361,9 +380,44 @@ struct Iq3Kernel : OffsetLanesKernel<Iq3Kernel<kXxs>> {
             index, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(high_bits, v), _mm512_set1_epi32(1)), 8));
       }
       const __m512i grid = _mm512_i32gather_epi32(index, kXxs ? quant::kIQ3XXSGrid : quant::kIQ3SGrid, 4);
-      uint64_t negative = 0;
-      for (int u = 0; u < 4; ++u) negative |= _pext_u64(signs[u], kSignBits[v]) << (16 * u);
-      w.q[v] = _mm512_mask_sub_epi8(_mm512_add_epi8(grid, offset), __mmask64(negative), offset, grid);
+      w.q[v] = _mm512_mask_sub_epi8(_mm512_add_epi8(grid, offset), negative_bytes(signs, v), offset, grid);
+    }
+    return w;
+  }
+};
+
+// IQ2_XXS: 66 bytes per super-block (F16 d, then per sub-block j of 32 values 8 bytes: four 8-bit
+// indices into kIQ2XXSGrid (8 values each), then the word of four 7-bit sign indices and the scale
+// s_j; quant/blocks.h). Lane p of vector v (elements 16p + 4v ..) is half v % 2 of grid entry
+// 2 (p % 2) + v / 2 of sub-block p / 2: gathered as one int32 of the grid viewed as 512 int32s.
+// Signs as IQ3_XXS's (sign byte 2p + v / 2 covers that entry's 8 values). Values + 64 (the grid's
+// largest is 43); group p's scale d / 8 (1 + 2 s_j).
+struct Iq2XxsKernel : OffsetLanesKernel<Iq2XxsKernel> {
+  static constexpr int kOffset = 64;
+  static constexpr int64_t kBlockBytes = 66, kStepBytes = kBlockBytes;
+  // Lane p: dword 2 (p / 2) of the block's index/sign bytes (sub-block p / 2's four indices).
+  static constexpr DwordIndex kIndexDword = [] {
+    DwordIndex index{};
+    for (int p = 0; p < 16; ++p) index.i[p] = 2 * (p / 2);
+    return index;
+  }();
+  static W load_w(const uint8_t* row, int64_t s) {
+    const uint8_t* p = row + s * kBlockBytes;
+    W w;
+    uint64_t signs[4];
+    const uint64_t codes = xxs_signs(p + 6, 8, signs);
+    w.scale = _mm512_mul_ps(_mm512_cvtepi32_ps(per_group_bytes(codes)),
+                            _mm512_set1_ps(fp16_to_f32(load_u16(p)) * 0.125f));
+    const __m512i indices = _mm512_permutexvar_epi32(_mm512_load_si512(kIndexDword.i), _mm512_loadu_si512(p + 2));
+    const __m512i offset = _mm512_set1_epi8(kOffset);
+    const auto* grid32 = reinterpret_cast<const int*>(quant::kIQ2XXSGrid.data());
+    for (int v = 0; v < 4; ++v) {
+      // Index byte 2 (p % 2) + v / 2 of the lane's dword; int32 half v % 2 of its grid entry.
+      const __m512i byte = _mm512_and_si512(_mm512_srlv_epi32(indices, odd_lane_shift(16)), _mm512_set1_epi32(0xff << (8 * (v / 2))));
+      const __m512i index = _mm512_add_epi32(v / 2 ? _mm512_srli_epi32(byte, 7) : _mm512_slli_epi32(byte, 1),
+                                             _mm512_set1_epi32(v % 2));
+      const __m512i grid = _mm512_i32gather_epi32(index, grid32, 4);
+      w.q[v] = _mm512_mask_sub_epi8(_mm512_add_epi8(grid, offset), negative_bytes(signs, v), offset, grid);
     }
     return w;
   }
@@ -380,6 +434,8 @@ constexpr FormatKernels kIq3S{DType::IQ3_S, LaneLayout::row_bytes, convert_q8_k_
                               matmul_tile<Iq3Kernel<false>>};
 constexpr FormatKernels kIq3Xxs{DType::IQ3_XXS, LaneLayout::row_bytes, convert_q8_k_lanes<64>,
                                 matmul_tile<Iq3Kernel<true>>};
+constexpr FormatKernels kIq2Xxs{DType::IQ2_XXS, LaneLayout::row_bytes, convert_q8_k_lanes<64>,
+                                matmul_tile<Iq2XxsKernel>};
 
 }  // namespace
 
@@ -391,6 +447,7 @@ const FormatKernels* avx512_kquant_kernels(DType weight_type) {
     case DType::IQ4_XS: return &kIq4Xs;
     case DType::IQ3_S: return &kIq3S;
     case DType::IQ3_XXS: return &kIq3Xxs;
+    case DType::IQ2_XXS: return &kIq2Xxs;
     default: return nullptr;
   }
 }

@@ -1,5 +1,5 @@
 // AVX-512 kernels for the k-quants Q4_K, Q5_K and Q6_K (those of llama.cpp's Q4_K_M and Q5_K_M
-// files), IQ4_XS, IQ3_XXS, IQ3_S and IQ2_XXS against Q8_K activations. One step is one super-block of 256 elements.
+// files), IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ1_S and IQ1_M against Q8_K activations. One step is one super-block of 256 elements.
 //
 // Activations are stored lane-major: in each super-block, 32-bit lane p of activation vector v
 // (v = 0..3) holds elements 16p + 4v .. 16p + 4v + 3, so over the four vectors lane p covers
@@ -16,6 +16,7 @@
 //   IQ3_S:      lanes start from -16 * bsum_p             signed grid values + 16 (unsigned)
 //   IQ3_XXS:    lanes start from -64 * bsum_p             signed grid values + 64 (unsigned)
 //   IQ2_XXS:    lanes start from -64 * bsum_p             signed grid values + 64 (unsigned)
+//   IQ1_S/M:    lanes start from -9 * bsum_p              8 grid +- 1 (the delta) + 9 (unsigned)
 // 7-8 vector operations per (row, token, super-block), against 14 for the former maddubs/dpwssd
 // form (maddubs issues on one port only); the decoding is shared by the 8 x 2 token tile and, on
 // the packed prefill path (kernels_tile.h), by a whole block of up to 64 tokens. Every lane's
@@ -423,6 +424,114 @@ struct Iq2XxsKernel : OffsetLanesKernel<Iq2XxsKernel> {
   }
 };
 
+// IQ1_S: 50 bytes per super-block (F16 d, qs[32], qh[8] uint16); IQ1_M: 56 bytes (qs[32],
+// qh[16], scales[8], d in the scale words' top nibbles; quant/iq_grids.h). Entry l of sub-block j
+// (values 32j + 8l ..) is an 11-bit index into iq1s_grid (-1, 0, 1) with a delta of +-1/8 (IQ1_S:
+// one sign per sub-block, IQ1_M: one per entry): times 8 the values are integers 8 g +- 1, stored
+// + 9 (0 .. 18, unsigned for dpbusd). Lane p of vector v is half v % 2 of entry 2 (p % 2) + v / 2
+// of sub-block p / 2, i.e. entry 2p + v / 2 of the block. Group p's scale: d (2 s + 1) / 8, s of
+// sub-block p / 2 (IQ1_S) or of group p itself (IQ1_M: one scale per 16 values).
+template <bool kM>
+struct Iq1Kernel : OffsetLanesKernel<Iq1Kernel<kM>> {
+  using W = typename OffsetLanesKernel<Iq1Kernel<kM>>::W;
+  static constexpr int64_t kBlockBytes = kM ? 56 : 50, kStepBytes = kBlockBytes;
+  // iq1s_grid as 8 g + 10 per byte (the level with a +1/8 delta, + 9): 2, 10, 18.
+  static constexpr std::array<uint64_t, 2048> kGrid = [] {
+    std::array<uint64_t, 2048> grid{};
+    for (size_t i = 0; i < grid.size(); ++i) {
+      for (int j = 0; j < 8; ++j) grid[i] |= uint64_t(8 * quant::iq1_grid_value(quant::kIQ1SGrid[i], j) + 10) << (8 * j);
+    }
+    return grid;
+  }();
+  // Vector v, lane p: entry 2p + v / 2 of the block's 32.
+  static constexpr DwordIndex entry_of_lane(int half) {
+    DwordIndex index{};
+    for (int p = 0; p < 16; ++p) index.i[p] = 2 * p + half;
+    return index;
+  }
+  static constexpr DwordIndex kEntry[2] = {entry_of_lane(0), entry_of_lane(1)};
+
+  static constexpr DwordIndex iota_over(int divisor, int base) {  // lane i: base + i / divisor
+    DwordIndex index{};
+    for (int i = 0; i < 16; ++i) index.i[i] = base + i / divisor;
+    return index;
+  }
+  static constexpr DwordIndex shifts(int step, int period) {  // lane i: step * (i % period)
+    DwordIndex index{};
+    for (int i = 0; i < 16; ++i) index.i[i] = step * (i % period);
+    return index;
+  }
+  static constexpr DwordIndex kPairOf[2] = {iota_over(2, 0), iota_over(2, 8)};   // IQ1_M qh byte of entry
+  static constexpr DwordIndex kQuadOf[2] = {iota_over(4, 0), iota_over(4, 4)};   // IQ1_S qh word of entry
+  static constexpr DwordIndex kNibbleShift = shifts(4, 2), kTripleShift = shifts(3, 4);
+
+  static W load_w(const uint8_t* row, int64_t s) {
+    const uint8_t* p = row + s * kBlockBytes;
+    // Entries 0-15 and 16-31: 2 x the 11-bit grid index (an int32 offset into kGrid viewed as
+    // int32 pairs); negative: bit e when entry e's delta is -1/8.
+    const uint8_t* qs = p + (kM ? 0 : 2);
+    __m512i entry[2];
+    uint32_t negative;
+    W w;
+    if constexpr (kM) {
+      // Entry e: qh byte e / 2, nibble e % 2 (bits 0-2: index bits 8-10, bit 3: negative delta).
+      const __m512i qh = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32)));
+      uint32_t masks[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m512i nibble = _mm512_srlv_epi32(_mm512_permutexvar_epi32(_mm512_load_si512(kPairOf[h].i), qh),
+                                                 _mm512_load_si512(kNibbleShift.i));
+        masks[h] = _mm512_test_epi32_mask(nibble, _mm512_set1_epi32(8));
+        entry[h] = _mm512_slli_epi32(_mm512_and_si512(nibble, _mm512_set1_epi32(7)), 8);
+      }
+      negative = masks[0] | masks[1] << 16;
+      // Group p's 3-bit scale: bits 3 (p % 4) .. of scale word p / 4; d from the words' top nibbles.
+      uint64_t words;
+      std::memcpy(&words, p + 48, 8);
+      const uint16_t d_bits = uint16_t(_pext_u64(words, 0xF000F000F000F000ull));
+      const __m512i scale_words = _mm512_cvtepu16_epi32(_mm256_castsi128_si256(_mm_cvtsi64_si128(int64_t(words))));
+      const __m512i codes = _mm512_and_si512(
+          _mm512_srlv_epi32(_mm512_permutexvar_epi32(_mm512_load_si512(kQuadOf[0].i), scale_words),
+                            _mm512_load_si512(kTripleShift.i)),
+          _mm512_set1_epi32(7));
+      w.scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_add_epi32(codes, codes), _mm512_set1_epi32(1))),
+                              _mm512_set1_ps(fp16_to_f32(d_bits) * 0.125f));
+    } else {
+      // Entry e = 4j + l: bits 3l .. 3l + 2 of qh[j]; qh[j] bits 12-14 the scale, bit 15 the delta.
+      uint16_t words[8];
+      std::memcpy(words, p + 34, 16);
+      const __m512i qh = _mm512_cvtepu16_epi32(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words))));
+      for (int h = 0; h < 2; ++h) {
+        const __m512i bits = _mm512_srlv_epi32(_mm512_permutexvar_epi32(_mm512_load_si512(kQuadOf[h].i), qh),
+                                               _mm512_load_si512(kTripleShift.i));
+        entry[h] = _mm512_slli_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(7)), 8);
+      }
+      uint64_t codes = 0;
+      uint32_t sub_negative = 0;
+      for (int j = 0; j < 8; ++j) {
+        codes |= uint64_t(1 + 2 * ((words[j] >> 12) & 7)) << (8 * j);
+        sub_negative |= uint32_t(words[j] >> 15) << j;
+      }
+      negative = _pdep_u32(sub_negative, 0x11111111u) * 0xF;  // every entry of the sub-block
+      w.scale = _mm512_mul_ps(_mm512_cvtepi32_ps(per_group_bytes(codes)), _mm512_set1_ps(fp16_to_f32(load_u16(p)) * 0.125f));
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m512i low = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16 * h)));
+      entry[h] = _mm512_slli_epi32(_mm512_or_si512(entry[h], low), 1);
+    }
+    const auto* grid32 = reinterpret_cast<const int*>(kGrid.data());
+    for (int v = 0; v < 4; ++v) {
+      const __m512i index = _mm512_add_epi32(_mm512_permutex2var_epi32(entry[0], _mm512_load_si512(kEntry[v / 2].i), entry[1]),
+                                             _mm512_set1_epi32(v % 2));
+      const __m512i grid = _mm512_i32gather_epi32(index, grid32, 4);
+      // Lane p's entry 2p + v / 2 has a negative delta: its 4 bytes take 2 off (8 g + 10 -> 8 g + 8).
+      const uint64_t lanes = _pext_u32(negative, 0x55555555u << (v / 2));
+      w.q[v] = _mm512_mask_sub_epi8(grid, __mmask64(_pdep_u64(lanes, 0x1111111111111111ull) * 0xF), grid,
+                                    _mm512_set1_epi8(2));
+    }
+    return w;
+  }
+};
+
 constexpr FormatKernels kQ4K{DType::Q4_K, LaneLayout::row_bytes, convert_q8_k_lanes<0>,
                              matmul_tile<Q45KKernel<false>>};
 constexpr FormatKernels kQ5K{DType::Q5_K, LaneLayout::row_bytes, convert_q8_k_lanes<0>,
@@ -436,6 +545,8 @@ constexpr FormatKernels kIq3Xxs{DType::IQ3_XXS, LaneLayout::row_bytes, convert_q
                                 matmul_tile<Iq3Kernel<true>>};
 constexpr FormatKernels kIq2Xxs{DType::IQ2_XXS, LaneLayout::row_bytes, convert_q8_k_lanes<64>,
                                 matmul_tile<Iq2XxsKernel>};
+constexpr FormatKernels kIq1S{DType::IQ1_S, LaneLayout::row_bytes, convert_q8_k_lanes<9>, matmul_tile<Iq1Kernel<false>>};
+constexpr FormatKernels kIq1M{DType::IQ1_M, LaneLayout::row_bytes, convert_q8_k_lanes<9>, matmul_tile<Iq1Kernel<true>>};
 
 }  // namespace
 
@@ -448,6 +559,8 @@ const FormatKernels* avx512_kquant_kernels(DType weight_type) {
     case DType::IQ3_S: return &kIq3S;
     case DType::IQ3_XXS: return &kIq3Xxs;
     case DType::IQ2_XXS: return &kIq2Xxs;
+    case DType::IQ1_S: return &kIq1S;
+    case DType::IQ1_M: return &kIq1M;
     default: return nullptr;
   }
 }

@@ -25,5 +25,6 @@ const FormatKernels* avx2_kquant_kernels_without_avx512(DType weight_type);
 const FormatKernels* avx512_float_kernels(DType weight_type);   // kernels_float_avx512.cpp
 const FormatKernels* avx512_q8_kernels(DType weight_type);      // kernels_q8_avx512.cpp
 const FormatKernels* avx512_kquant_kernels(DType weight_type);  // kernels_kquant_avx512.cpp
+const FormatKernels* avx512_iq_kernels(DType weight_type);      // kernels_iq_avx512.cpp
 
 }  // namespace kestrel::cpu

@@ -50,7 +50,7 @@ std::vector<uint8_t> make_matrix(DType type) {
   for (int64_t r = 0; r < kDistinct; ++r) {
     uint8_t* row = bytes.data() + r * row_bytes;
     if (format.quantize_row == nullptr) {
-      // A read-only format: random codes, every block's F16 d set to 0.001 (IQ2_XXS, IQ1_S: the
+      // A read-only format: random codes, every block's F16 d set to 0.001 (IQ2_XXS/XS/S, IQ1_S: the
       // leading 2 bytes; IQ1_M: the top nibbles of the four scale words at byte 48).
       for (int64_t i = 0; i < row_bytes; ++i) row[i] = uint8_t(rng());
       const uint16_t d = float_to_fp16(0.001f);
@@ -166,7 +166,7 @@ void register_all() {
         ->Unit(benchmark::kMillisecond);
   }
   const DType types[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q3_K, DType::Q4_K,
-                         DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::IQ3_XXS, DType::IQ3_S, DType::IQ2_XXS, DType::IQ1_S, DType::IQ1_M, DType::INT8_PC, DType::INT4_SYM_G128,
+                         DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::IQ3_XXS, DType::IQ3_S, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ1_S, DType::IQ1_M, DType::INT8_PC, DType::INT4_SYM_G128,
                          DType::INT4_ASYM_G128, DType::FP8_E4M3_PC};
   // decode: n = 1 from DRAM; decodehot: n = 1 on one matrix that stays in L3 (kernel speed without
   // the memory limit); prefill: n = 64, 512.

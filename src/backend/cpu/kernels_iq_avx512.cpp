@@ -1,11 +1,11 @@
-// AVX-512 kernels for llama.cpp's IQ formats IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ1_S and IQ1_M
-// against Q8_K activations in the lane-major layout (kernels_lanes_avx512.h): each decoder
-// produces four vectors of unsigned levels (the format's signed values plus an offset, so dpbusd
-// takes them) and the lanes start from the activations' -offset * bsum_p:
+// AVX-512 kernels for llama.cpp's IQ formats IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S,
+// IQ1_S and IQ1_M against Q8_K activations in the lane-major layout (kernels_lanes_avx512.h):
+// each decoder produces four vectors of unsigned levels (the format's signed values plus an
+// offset, so dpbusd takes them) and the lanes start from the activations' -offset * bsum_p:
 //   IQ4_XS:     -128 * bsum_p     levels looked up + 128
 //   IQ3_S:      -16 * bsum_p      signed grid values + 16
 //   IQ3_XXS:    -64 * bsum_p      signed grid values + 64
-//   IQ2_XXS:    -64 * bsum_p      signed grid values + 64
+//   IQ2_XXS/XS/S: -64 * bsum_p    signed grid values + 64
 //   IQ1_S/M:    -9 * bsum_p       8 grid +- 1 (the delta) + 9
 // GCC 12 reports its own _mm512_undefined_* helpers as uninitialised once inlined.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -182,6 +182,102 @@ struct Iq2XxsKernel : OffsetLanesKernel<Iq2XxsKernel> {
   }
 };
 
+// Index vectors of the grid formats whose 32 entries per super-block (8 values each: entry e =
+// 4j + l is entry l of sub-block j) are unpacked as two int32 vectors (entries 0-15, 16-31).
+constexpr DwordIndex iota_over(int divisor, int base) {  // lane i: base + i / divisor
+  DwordIndex index{};
+  for (int i = 0; i < 16; ++i) index.i[i] = base + i / divisor;
+  return index;
+}
+constexpr DwordIndex shifts(int step, int period) {  // lane i: step * (i % period)
+  DwordIndex index{};
+  for (int i = 0; i < 16; ++i) index.i[i] = step * (i % period);
+  return index;
+}
+// Vector v, lane p takes half v % 2 of entry 2p + v / 2 (kEntry[v / 2]).
+constexpr DwordIndex entry_of_lane(int half) {
+  DwordIndex index{};
+  for (int p = 0; p < 16; ++p) index.i[p] = 2 * p + half;
+  return index;
+}
+constexpr DwordIndex kEntry[2] = {entry_of_lane(0), entry_of_lane(1)};
+constexpr DwordIndex kPairOf[2] = {iota_over(2, 0), iota_over(2, 8)};  // entry e -> byte e / 2
+constexpr DwordIndex kQuadOf[2] = {iota_over(4, 0), iota_over(4, 4)};  // entry e -> sub-block e / 4
+
+// The four level vectors of a grid format: vector v, lane p is half v % 2 of entry 2p + v / 2,
+// gathered as one int32 from `grid` (8-byte entries viewed as int32 pairs; entry[h] holds 2 x
+// the grid index of entries 16h ..), then offset - value where `negative` (a byte mask per
+// vector) and offset + value elsewhere.
+inline void gather_signed_levels(const __m512i (&entry)[2], const uint64_t* grid, int offset,
+                                 const uint64_t signs[4], __m512i (&q)[4]) {
+  const auto* grid32 = reinterpret_cast<const int*>(grid);
+  const __m512i off = _mm512_set1_epi8(char(offset));
+  for (int v = 0; v < 4; ++v) {
+    const __m512i index = _mm512_add_epi32(_mm512_permutex2var_epi32(entry[0], _mm512_load_si512(kEntry[v / 2].i), entry[1]),
+                                           _mm512_set1_epi32(v % 2));
+    const __m512i values = _mm512_i32gather_epi32(index, grid32, 4);
+    q[v] = _mm512_mask_sub_epi8(_mm512_add_epi8(values, off), negative_bytes(signs, v), off, values);
+  }
+}
+
+// Group p's scale d / 8 (1 + 2 s) from IQ2_XS / IQ2_S's scale bytes (sub-block j: the low nibble
+// for its first 16 values, the high one for the last 16).
+inline __m512 nibble_scales(const uint8_t* scales, float d) {
+  uint64_t bytes;
+  std::memcpy(&bytes, scales, 8);
+  const __m512i s = _mm512_and_si512(_mm512_srlv_epi32(per_group_bytes(bytes), odd_lane_shift(4)), _mm512_set1_epi32(15));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(1))),
+                       _mm512_set1_ps(d * 0.125f));
+}
+
+// IQ2_XS: 74 bytes per super-block (F16 d, qs[32] uint16: a 9-bit index into kIQ2XSGrid and a
+// 7-bit ksigns index per entry, scales[8]); IQ2_S: 82 bytes (F16 d, qs[32] low index bytes,
+// signs[32] one byte per entry, qh[8]: bits 2l, 2l + 1 are index bits 8-9 of entry l of sub-block
+// j, scales[8]). Values (8, 25, 43, signed) + 64, as IQ2_XXS.
+template <bool kS>
+struct Iq2Kernel : OffsetLanesKernel<Iq2Kernel<kS>> {
+  using W = typename OffsetLanesKernel<Iq2Kernel<kS>>::W;
+  static constexpr int64_t kBlockBytes = kS ? 82 : 74, kStepBytes = kBlockBytes;
+  static constexpr DwordIndex kPairShift = shifts(2, 4);
+  static W load_w(const uint8_t* row, int64_t s) {
+    const uint8_t* p = row + s * kBlockBytes;
+    W w;
+    __m512i entry[2];
+    uint64_t signs[4];
+    if constexpr (kS) {
+      std::memcpy(signs, p + 34, 32);
+      const __m512i qh = _mm512_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 66)));
+      for (int h = 0; h < 2; ++h) {
+        const __m512i high = _mm512_and_si512(
+            _mm512_srlv_epi32(_mm512_permutexvar_epi32(_mm512_load_si512(kQuadOf[h].i), qh), _mm512_load_si512(kPairShift.i)),
+            _mm512_set1_epi32(3));
+        const __m512i low = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 + 16 * h)));
+        entry[h] = _mm512_slli_epi32(_mm512_or_si512(_mm512_slli_epi32(high, 8), low), 1);
+      }
+      w.scale = nibble_scales(p + 74, fp16_to_f32(load_u16(p)));
+    } else {
+      for (int u = 0; u < 4; ++u) {  // the 7-bit sign indices of entries 8u .., parity in bit 7
+        uint64_t words[2];
+        std::memcpy(words, p + 2 + 16 * u, 16);
+        const uint64_t bytes = _pdep_u64(_pext_u64(words[0], 0xFE00FE00FE00FE00ull) |
+                                             _pext_u64(words[1], 0xFE00FE00FE00FE00ull) << 28,
+                                         0x7F7F7F7F7F7F7F7Full);
+        uint64_t parity = bytes ^ (bytes >> 4);
+        parity ^= parity >> 2;
+        parity ^= parity >> 1;
+        signs[u] = bytes | (parity & 0x0101010101010101ull) << 7;
+      }
+      for (int h = 0; h < 2; ++h) {
+        const __m512i qs = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 + 32 * h)));
+        entry[h] = _mm512_slli_epi32(_mm512_and_si512(qs, _mm512_set1_epi32(511)), 1);
+      }
+      w.scale = nibble_scales(p + 66, fp16_to_f32(load_u16(p)));
+    }
+    gather_signed_levels(entry, kS ? quant::kIQ2SGrid.data() : quant::kIQ2XSGrid.data(), 64, signs, w.q);
+    return w;
+  }
+};
+
 // IQ1_S: 50 bytes per super-block (F16 d, qs[32], qh[8] uint16); IQ1_M: 56 bytes (qs[32],
 // qh[16], scales[8], d in the scale words' top nibbles; quant/iq_grids.h). Entry l of sub-block j
 // (values 32j + 8l ..) is an 11-bit index into iq1s_grid (-1, 0, 1) with a delta of +-1/8 (IQ1_S:
@@ -189,6 +285,8 @@ struct Iq2XxsKernel : OffsetLanesKernel<Iq2XxsKernel> {
 // + 9 (0 .. 18, unsigned for dpbusd). Lane p of vector v is half v % 2 of entry 2 (p % 2) + v / 2
 // of sub-block p / 2, i.e. entry 2p + v / 2 of the block. Group p's scale: d (2 s + 1) / 8, s of
 // sub-block p / 2 (IQ1_S) or of group p itself (IQ1_M: one scale per 16 values).
+constexpr DwordIndex kIq1NibbleShift = shifts(4, 2), kIq1TripleShift = shifts(3, 4);
+
 template <bool kM>
 struct Iq1Kernel : OffsetLanesKernel<Iq1Kernel<kM>> {
   using W = typename OffsetLanesKernel<Iq1Kernel<kM>>::W;
@@ -202,27 +300,6 @@ struct Iq1Kernel : OffsetLanesKernel<Iq1Kernel<kM>> {
     return grid;
   }();
   // Vector v, lane p: entry 2p + v / 2 of the block's 32.
-  static constexpr DwordIndex entry_of_lane(int half) {
-    DwordIndex index{};
-    for (int p = 0; p < 16; ++p) index.i[p] = 2 * p + half;
-    return index;
-  }
-  static constexpr DwordIndex kEntry[2] = {entry_of_lane(0), entry_of_lane(1)};
-
-  static constexpr DwordIndex iota_over(int divisor, int base) {  // lane i: base + i / divisor
-    DwordIndex index{};
-    for (int i = 0; i < 16; ++i) index.i[i] = base + i / divisor;
-    return index;
-  }
-  static constexpr DwordIndex shifts(int step, int period) {  // lane i: step * (i % period)
-    DwordIndex index{};
-    for (int i = 0; i < 16; ++i) index.i[i] = step * (i % period);
-    return index;
-  }
-  static constexpr DwordIndex kPairOf[2] = {iota_over(2, 0), iota_over(2, 8)};   // IQ1_M qh byte of entry
-  static constexpr DwordIndex kQuadOf[2] = {iota_over(4, 0), iota_over(4, 4)};   // IQ1_S qh word of entry
-  static constexpr DwordIndex kNibbleShift = shifts(4, 2), kTripleShift = shifts(3, 4);
-
   static W load_w(const uint8_t* row, int64_t s) {
     const uint8_t* p = row + s * kBlockBytes;
     // Entries 0-15 and 16-31: 2 x the 11-bit grid index (an int32 offset into kGrid viewed as
@@ -237,7 +314,7 @@ struct Iq1Kernel : OffsetLanesKernel<Iq1Kernel<kM>> {
       uint32_t masks[2];
       for (int h = 0; h < 2; ++h) {
         const __m512i nibble = _mm512_srlv_epi32(_mm512_permutexvar_epi32(_mm512_load_si512(kPairOf[h].i), qh),
-                                                 _mm512_load_si512(kNibbleShift.i));
+                                                 _mm512_load_si512(kIq1NibbleShift.i));
         masks[h] = _mm512_test_epi32_mask(nibble, _mm512_set1_epi32(8));
         entry[h] = _mm512_slli_epi32(_mm512_and_si512(nibble, _mm512_set1_epi32(7)), 8);
       }
@@ -249,7 +326,7 @@ struct Iq1Kernel : OffsetLanesKernel<Iq1Kernel<kM>> {
       const __m512i scale_words = _mm512_cvtepu16_epi32(_mm256_castsi128_si256(_mm_cvtsi64_si128(int64_t(words))));
       const __m512i codes = _mm512_and_si512(
           _mm512_srlv_epi32(_mm512_permutexvar_epi32(_mm512_load_si512(kQuadOf[0].i), scale_words),
-                            _mm512_load_si512(kTripleShift.i)),
+                            _mm512_load_si512(kIq1TripleShift.i)),
           _mm512_set1_epi32(7));
       w.scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_add_epi32(codes, codes), _mm512_set1_epi32(1))),
                               _mm512_set1_ps(fp16_to_f32(d_bits) * 0.125f));
@@ -260,7 +337,7 @@ struct Iq1Kernel : OffsetLanesKernel<Iq1Kernel<kM>> {
       const __m512i qh = _mm512_cvtepu16_epi32(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words))));
       for (int h = 0; h < 2; ++h) {
         const __m512i bits = _mm512_srlv_epi32(_mm512_permutexvar_epi32(_mm512_load_si512(kQuadOf[h].i), qh),
-                                               _mm512_load_si512(kTripleShift.i));
+                                               _mm512_load_si512(kIq1TripleShift.i));
         entry[h] = _mm512_slli_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(7)), 8);
       }
       uint64_t codes = 0;
@@ -298,6 +375,8 @@ constexpr FormatKernels kIq3Xxs{DType::IQ3_XXS, LaneLayout::row_bytes, convert_q
                                 matmul_tile<Iq3Kernel<true>>};
 constexpr FormatKernels kIq2Xxs{DType::IQ2_XXS, LaneLayout::row_bytes, convert_q8_k_lanes<64>,
                                 matmul_tile<Iq2XxsKernel>};
+constexpr FormatKernels kIq2Xs{DType::IQ2_XS, LaneLayout::row_bytes, convert_q8_k_lanes<64>, matmul_tile<Iq2Kernel<false>>};
+constexpr FormatKernels kIq2S{DType::IQ2_S, LaneLayout::row_bytes, convert_q8_k_lanes<64>, matmul_tile<Iq2Kernel<true>>};
 constexpr FormatKernels kIq1S{DType::IQ1_S, LaneLayout::row_bytes, convert_q8_k_lanes<9>, matmul_tile<Iq1Kernel<false>>};
 constexpr FormatKernels kIq1M{DType::IQ1_M, LaneLayout::row_bytes, convert_q8_k_lanes<9>, matmul_tile<Iq1Kernel<true>>};
 
@@ -310,6 +389,8 @@ const FormatKernels* avx512_iq_kernels(DType weight_type) {
     case DType::IQ3_S: return &kIq3S;
     case DType::IQ3_XXS: return &kIq3Xxs;
     case DType::IQ2_XXS: return &kIq2Xxs;
+    case DType::IQ2_XS: return &kIq2Xs;
+    case DType::IQ2_S: return &kIq2S;
     case DType::IQ1_S: return &kIq1S;
     case DType::IQ1_M: return &kIq1M;
     default: return nullptr;

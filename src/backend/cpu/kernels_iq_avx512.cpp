@@ -7,16 +7,11 @@
 //   IQ3_XXS:    -64 * bsum_p      signed grid values + 64
 //   IQ2_XXS/XS/S: -64 * bsum_p    signed grid values + 64
 //   IQ1_S/M:    -9 * bsum_p       8 grid +- 1 (the delta) + 9
-// GCC 12 reports its own _mm512_undefined_* helpers as uninitialised once inlined.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// kernels_lanes_avx512.h's GF2P8AFFINEQB helpers; has_avx512_set() requires GFNI.
-#pragma GCC target("gfni")
 
 #include <array>
 
+#include "backend/cpu/kernels_lanes_avx512.h"  // first: its target pragma covers this file
 #include "backend/cpu/kernels_isa.h"
-#include "backend/cpu/kernels_lanes_avx512.h"
 #include "backend/cpu/kernels_tile.h"
 #include "quant/blocks.h"
 #include "quant/iq3_grids.h"

@@ -3,14 +3,9 @@
 // decoder gathers its levels into the lanes' order (one vpermt2d per vector) and cuts the bits
 // out with one GF2P8AFFINEQB per vector (a bit matrix per qword: the low or the high nibble of
 // each byte, or Q5_K/Q6_K's top bits moved into place).
-// GCC 12 reports its own _mm512_undefined_* helpers as uninitialised once inlined.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// GF2P8AFFINEQB (see above); has_avx512_set() requires GFNI before this file may run.
-#pragma GCC target("gfni")
 
+#include "backend/cpu/kernels_lanes_avx512.h"  // first: its target pragma covers this file
 #include "backend/cpu/kernels_isa.h"
-#include "backend/cpu/kernels_lanes_avx512.h"
 #include "backend/cpu/kernels_tile.h"
 #include "quant/blocks.h"
 

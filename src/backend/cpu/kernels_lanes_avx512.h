@@ -22,8 +22,14 @@
 // form (maddubs issues on one port only); the decoding is shared by the 8 x 2 token tile and, on
 // the packed prefill path (kernels_tile.h), by a whole block of up to 64 tokens. Every lane's
 // integer part is exact, so only the two float roundings per lane differ from the reference's.
-// Include only from *_avx512.cpp files, after `#pragma GCC target("gfni")`.
+// Include only from *_avx512.cpp files: the rest of the including file is compiled for GFNI too.
 #pragma once
+
+// GCC 12 reports its own _mm512_undefined_* helpers as uninitialised once inlined.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// GF2P8AFFINEQB (gather_bits); has_avx512_set() requires GFNI before these kernels may run.
+#pragma GCC target("gfni")
 
 #include <cstdint>
 #include <cstring>

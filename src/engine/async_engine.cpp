@@ -235,6 +235,7 @@ void AsyncEngine::publish_gauges() {
       m.spec_num_drafts = st.num_drafts;
       m.spec_num_draft_tokens = st.num_draft_tokens;
       m.spec_num_accepted_tokens = st.num_accepted_tokens;
+      m.spec_num_catch_up_tokens = st.num_catch_up_tokens;
       m.spec_accepted_per_position = st.accepted_per_position;
     }
   });

@@ -56,6 +56,7 @@ struct MetricsSnapshot {
   int64_t spec_num_drafts = 0;
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
+  int64_t spec_num_catch_up_tokens = 0;
   std::vector<int64_t> spec_accepted_per_position;
 };
 

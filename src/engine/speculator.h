@@ -27,6 +27,9 @@ struct SpecStats {
   int64_t num_drafts = 0;           // verifications with at least one draft
   int64_t num_draft_tokens = 0;     // drafts verified
   int64_t num_accepted_tokens = 0;  // of which accepted
+  // Tokens the drafter computed before drafting, beyond each round's usual two (a draft model
+  // catching up on a prompt it had not seen, or on what was generated while it did not draft).
+  int64_t num_catch_up_tokens = 0;
   std::vector<int64_t> accepted_per_position;  // [K] drafts accepted at position i of their run
   // Mean tokens a verification produced (accepted + 1), vLLM's mean acceptance length.
   double mean_acceptance_length() const {

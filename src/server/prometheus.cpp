@@ -66,6 +66,9 @@ std::string render_prometheus(const MetricsSnapshot& m, const std::string& model
     scalar(out, "kestrel_spec_decode_num_drafts_total", "counter", "Verifications of at least one draft token.", labels, double(m.spec_num_drafts));
     scalar(out, "kestrel_spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.", labels, double(m.spec_num_draft_tokens));
     scalar(out, "kestrel_spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", labels, double(m.spec_num_accepted_tokens));
+    scalar(out, "kestrel_spec_decode_num_catch_up_tokens_total", "counter",
+           "Tokens the drafter computed to catch up before drafting (a draft model's prompts).", labels,
+           double(m.spec_num_catch_up_tokens));
     metric_header(out, "kestrel_spec_decode_num_accepted_tokens_per_pos_total", "counter",
                   "Draft tokens accepted at each position of their run (0 = first draft).");
     for (size_t i = 0; i < m.spec_accepted_per_position.size(); ++i) {

@@ -107,5 +107,21 @@ def test_speculating_server_gives_the_same_reply_and_reports_drafts(original_rep
         assert m["kestrel_spec_decode_num_accepted_tokens_total"] == details.accepted_prediction_tokens
         assert m["kestrel_spec_decode_num_accepted_tokens_per_pos_total"] == details.accepted_prediction_tokens
         assert m["kestrel_spec_decode_mean_acceptance_length"] > 1.0
+        assert m["kestrel_spec_decode_num_catch_up_tokens_total"] == 0  # n-gram lookup runs no model
+    finally:
+        s.stop()
+
+
+def test_a_draft_models_catch_up_on_the_prompt_is_counted(original_reply):
+    # stories260K as its own draft (same vocabulary; a warning, not an error): the draft computes
+    # the prompt before its first draft, and /metrics counts those tokens.
+    s = Server("--chat-template", "chatml", "--kv-blocks", "256", "--draft-model", str(MODEL), "--spec-fixed")
+    try:
+        r = reply(s)
+        assert r.choices[0].message.content == original_reply.choices[0].message.content
+        m = s.wait_idle()
+        # The first round computes the whole prompt (all but the two tokens every round counts).
+        assert m["kestrel_spec_decode_num_catch_up_tokens_total"] >= r.usage.prompt_tokens - 2
+        assert m["kestrel_spec_decode_num_catch_up_tokens_total"] < r.usage.prompt_tokens + r.usage.completion_tokens
     finally:
         s.stop()

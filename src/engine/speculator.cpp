@@ -108,10 +108,8 @@ void Speculator::attach_drafts(const Scheduler& scheduler, const std::function<S
     drafter_->propose(queries, proposals);
   }
   for (size_t i = 0; i < ready.size(); ++i) {
-    if (drafts[i] > 0) stats_.num_catch_up_tokens += candidates[i].catch_up;
-  }
-  for (size_t i = 0; i < ready.size(); ++i) {
     const RequestId id = ready[i]->id;
+    if (drafts[i] > 0) stats_.num_catch_up_tokens += candidates[i].catch_up;
     DraftProposal& p = proposals[i];
     const size_t n = std::min(p.tokens.size(), size_t(std::max(0, drafts[i])));
     p.tokens.resize(n);

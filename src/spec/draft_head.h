@@ -49,7 +49,8 @@ class DraftHead {
 };
 
 // The ids a draft head starts with: the `count` most frequent text tokens (tokens_by_frequency in
-// tokenizer/tokenizer.h, given as `by_frequency`) and every id of `always` (the stop tokens, so that drafts can end a reply), ascending.
+// tokenizer/tokenizer.h, given as `by_frequency`) and every id of `always` (the stop tokens, so
+// that drafts can end a reply), ascending.
 std::vector<TokenId> draft_head_tokens(std::span<const TokenId> by_frequency, int64_t count,
                                        std::span<const TokenId> always);
 

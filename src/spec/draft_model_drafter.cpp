@@ -65,10 +65,9 @@ DraftModelDrafter::Resume DraftModelDrafter::resume(const Sequence* seq, std::sp
 int64_t DraftModelDrafter::catch_up_tokens(RequestId id, std::span<const TokenId> tokens) const {
   if (tokens.empty()) return 0;
   const auto it = sequences_.find(id);
-  const Resume r = resume(it == sequences_.end() ? nullptr : &it->second, tokens);
   // A new sequence computes its whole prompt (its prefix-cache hits are not looked up here).
-  const int64_t behind = it == sequences_.end() ? int64_t(tokens.size()) : int64_t(tokens.size()) - r.base - r.common;
-  return std::max<int64_t>(0, behind - kRoundCatchUp);
+  const Resume r = resume(it == sequences_.end() ? nullptr : &it->second, tokens);
+  return std::max<int64_t>(0, int64_t(tokens.size()) - r.base - r.common - kRoundCatchUp);
 }
 
 double DraftModelDrafter::catch_up_seconds(int64_t tokens) const { return tokens > 0 ? cost_.seconds(tokens) : 0.0; }

@@ -123,16 +123,17 @@ std::vector<int> SpecPolicy::choose(std::span<const SpecCandidate> candidates, i
   // one per step, the one idle longest, and only where drafting would pay well were every draft
   // accepted (in a compute-bound step a probe only costs the draft's catch-up).
   size_t probe = b;
+  Stats* probed = nullptr;
   for (size_t i = 0; i < b; ++i) {
     Stats& s = stats(candidates[i].id);
     s.probing = false;
-    if (drafts[i] == 0 && s.idle_steps >= s.probe_steps &&
-        (probe == b || s.idle_steps > stats(candidates[probe].id).idle_steps)) {
+    if (drafts[i] == 0 && s.idle_steps >= s.probe_steps && (probed == nullptr || s.idle_steps > probed->idle_steps)) {
       probe = i;
+      probed = &s;
     }
   }
-  if (probe < b && best([](size_t) { return 0.99; }, kProbeMargin).m > 0) {
-    stats(candidates[probe].id).probing = true;
+  if (probed != nullptr && best([](size_t) { return 0.99; }, kProbeMargin).m > 0) {
+    probed->probing = true;
     drafts[probe] = std::min(kProbeDrafts, candidates[probe].cap);
   }
   return drafts;

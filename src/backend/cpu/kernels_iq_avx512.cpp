@@ -66,7 +66,17 @@ struct Iq4XsKernel : OffsetLanesKernel<Iq4XsKernel> {
 // stride holds four 7-bit indices into ksigns_iq2xs (bits 0..27; the table's byte is the index
 // with bit 7 set where that makes the byte's parity even) and the 4-bit scale s_j (bits 28..31).
 // signs[u]: the sign bytes of sub-blocks 2u and 2u + 1 (byte 4 (j % 2) + i: index i of j), computed
-// (PDEP, then a parity fold) rather than looked up. Returns the codes 1 + 2 s_j, one byte each.
+// (sign_bytes) rather than looked up. Returns the codes 1 + 2 s_j, one byte each.
+// Eight 7-bit ksigns_iq2xs indices packed in bits 0..55 -> their eight sign bytes (the index with
+// bit 7 set where that makes the byte's parity even).
+inline uint64_t sign_bytes(uint64_t packed) {
+  const uint64_t bytes = _pdep_u64(packed, 0x7F7F7F7F7F7F7F7Full);
+  uint64_t parity = bytes ^ (bytes >> 4);  // bit 0 of each byte ends as the byte's parity
+  parity ^= parity >> 2;
+  parity ^= parity >> 1;
+  return bytes | (parity & 0x0101010101010101ull) << 7;
+}
+
 inline uint64_t xxs_signs(const uint8_t* words, int stride, uint64_t signs[4]) {
   uint64_t codes = 0;
   for (int u = 0; u < 4; ++u) {
@@ -74,12 +84,7 @@ inline uint64_t xxs_signs(const uint8_t* words, int stride, uint64_t signs[4]) {
     std::memcpy(&packed[0], words + 2 * u * stride, 4);
     std::memcpy(&packed[1], words + (2 * u + 1) * stride, 4);
     codes |= uint64_t(1 + 2 * (packed[0] >> 28)) << (16 * u) | uint64_t(1 + 2 * (packed[1] >> 28)) << (16 * u + 8);
-    const uint64_t bytes =
-        _pdep_u64((packed[0] & 0x0FFFFFFFu) | uint64_t(packed[1] & 0x0FFFFFFFu) << 28, 0x7F7F7F7F7F7F7F7Full);
-    uint64_t parity = bytes ^ (bytes >> 4);  // bit 0 of each byte ends as the byte's parity
-    parity ^= parity >> 2;
-    parity ^= parity >> 1;
-    signs[u] = bytes | (parity & 0x0101010101010101ull) << 7;
+    signs[u] = sign_bytes((packed[0] & 0x0FFFFFFFu) | uint64_t(packed[1] & 0x0FFFFFFFu) << 28);
   }
   return codes;
 }
@@ -251,16 +256,10 @@ struct Iq2Kernel : OffsetLanesKernel<Iq2Kernel<kS>> {
       }
       w.scale = nibble_scales(p + 74, fp16_to_f32(load_u16(p)));
     } else {
-      for (int u = 0; u < 4; ++u) {  // the 7-bit sign indices of entries 8u .., parity in bit 7
+      for (int u = 0; u < 4; ++u) {  // the 7-bit sign indices of entries 8u .. (bits 9-15 of each)
         uint64_t words[2];
         std::memcpy(words, p + 2 + 16 * u, 16);
-        const uint64_t bytes = _pdep_u64(_pext_u64(words[0], 0xFE00FE00FE00FE00ull) |
-                                             _pext_u64(words[1], 0xFE00FE00FE00FE00ull) << 28,
-                                         0x7F7F7F7F7F7F7F7Full);
-        uint64_t parity = bytes ^ (bytes >> 4);
-        parity ^= parity >> 2;
-        parity ^= parity >> 1;
-        signs[u] = bytes | (parity & 0x0101010101010101ull) << 7;
+        signs[u] = sign_bytes(_pext_u64(words[0], 0xFE00FE00FE00FE00ull) | _pext_u64(words[1], 0xFE00FE00FE00FE00ull) << 28);
       }
       for (int h = 0; h < 2; ++h) {
         const __m512i qs = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 + 32 * h)));
@@ -294,7 +293,6 @@ struct Iq1Kernel : OffsetLanesKernel<Iq1Kernel<kM>> {
     }
     return grid;
   }();
-  // Vector v, lane p: entry 2p + v / 2 of the block's 32.
   static W load_w(const uint8_t* row, int64_t s) {
     const uint8_t* p = row + s * kBlockBytes;
     // Entries 0-15 and 16-31: 2 x the 11-bit grid index (an int32 offset into kGrid viewed as
@@ -374,7 +372,6 @@ constexpr FormatKernels kIq2Xs{DType::IQ2_XS, LaneLayout::row_bytes, convert_q8_
 constexpr FormatKernels kIq2S{DType::IQ2_S, LaneLayout::row_bytes, convert_q8_k_lanes<64>, matmul_tile<Iq2Kernel<true>>};
 constexpr FormatKernels kIq1S{DType::IQ1_S, LaneLayout::row_bytes, convert_q8_k_lanes<9>, matmul_tile<Iq1Kernel<false>>};
 constexpr FormatKernels kIq1M{DType::IQ1_M, LaneLayout::row_bytes, convert_q8_k_lanes<9>, matmul_tile<Iq1Kernel<true>>};
-
 
 }  // namespace
 

@@ -109,7 +109,8 @@ int bench(int argc, char** argv) {
   std::string model_path, schemas_path = "bench/data/json_schemas.json", out_path = "grammar_bench_outputs.jsonl";
   int samples = 10, concurrency = 16, max_tokens = 256, threads = 2, rounds = 3;
   bool speed_only = false, compile_only = false;
-  int compile_threads = 1;
+  int compile_threads = 1, max_whitespace = grammar::Constraint{}.max_whitespace;
+  bool compile_detail = false;
   app.add_option("model", model_path, "GGUF model")->required();
   app.add_option("--schemas", schemas_path, "JSON list of {name, schema}");
   app.add_option("--samples", samples, "generations per schema");
@@ -121,6 +122,8 @@ int bench(int argc, char** argv) {
   app.add_flag("--speed-only", speed_only, "only the speed comparison (step 4)");
   app.add_flag("--compile-only", compile_only, "only the compile times (step 1)");
   app.add_option("--compile-threads", compile_threads, "threads a compilation uses (the server uses 2)");
+  app.add_option("--max-whitespace", max_whitespace, "whitespace run allowed between JSON tokens (<= 0: unbounded)");
+  app.add_flag("--compile-detail", compile_detail, "print each schema's compile time, slowest first");
   CLI11_PARSE(app, argc, argv);
 
   const auto model = Model::load(model_path);
@@ -139,6 +142,7 @@ int bench(int argc, char** argv) {
     grammar::Constraint c;
     c.kind = grammar::ConstraintKind::JsonSchema;
     c.text = entry["schema"].dump();
+    c.max_whitespace = max_whitespace;
     t0 = Clock::now();
     compiled.push_back(compiler.compile(c));
     compile_ms.push_back(1e3 * seconds_since(t0));
@@ -148,6 +152,12 @@ int bench(int argc, char** argv) {
   }
   fmt::print("compile ({} thread(s)): p50 {:.1f} ms, p90 {:.1f} ms, max {:.1f} ms; cached p50 {:.3f} ms\n", compile_threads,
              percentile(compile_ms, 0.5), percentile(compile_ms, 0.9), percentile(compile_ms, 1.0), percentile(cached_ms, 0.5));
+  if (compile_detail) {
+    std::vector<size_t> order(schemas.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return compile_ms[a] > compile_ms[b]; });
+    for (const size_t i : order) fmt::print("  {:8.1f} ms  {}\n", compile_ms[i], schemas[i]["name"].get<std::string>());
+  }
   if (compile_only) return 0;
 
   // 2. Generate.

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   g++ cmake make pkg-config git
+  patch                                    # Kestrel's changes to xgrammar (scripts/fetch_xgrammar.sh)
   clang libclang-rt-14-dev                 # libFuzzer target for the GGUF reader
   g++-aarch64-linux-gnu                    # scripts/check_portable.sh: the portable sources build for ARM
   libgtest-dev libgmock-dev libbenchmark-dev

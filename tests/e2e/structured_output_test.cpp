@@ -437,6 +437,75 @@ TEST(StructuredQwen2Vocab, MasksEqualTheOracleOnAByteLevelVocabulary) {
   walk_and_check(v, regex_constraint(), "314-abcdef", regex_prefix, regex_complete);
 }
 
+// Whether `s` is a prefix of well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing
+// past U+10FFFF); `*chars` counts its code points, a truncated last one included.
+bool utf8_valid_prefix(const std::string& s, size_t* chars) {
+  *chars = 0;
+  for (size_t i = 0; i < s.size();) {
+    const auto b = [&](size_t k) { return uint8_t(s[k]); };
+    const uint8_t lead = b(i);
+    size_t len = 1;
+    uint8_t lo = 0x80, hi = 0xbf;  // the allowed range of the second byte
+    if (lead < 0x80) {
+      len = 1;
+    } else if (lead >= 0xc2 && lead <= 0xdf) {
+      len = 2;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+      len = 3;
+      if (lead == 0xe0) lo = 0xa0;
+      if (lead == 0xed) hi = 0x9f;
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+      len = 4;
+      if (lead == 0xf0) lo = 0x90;
+      if (lead == 0xf4) hi = 0x8f;
+    } else {
+      return false;
+    }
+    for (size_t k = 1; k < len && i + k < s.size(); ++k) {
+      const uint8_t c = b(i + k);
+      if (k == 1 ? (c < lo || c > hi) : (c < 0x80 || c > 0xbf)) return false;
+    }
+    ++*chars;
+    i += len;
+  }
+  return true;
+}
+
+// A counted repetition of a wide character class (what a JSON string with maxLength compiles
+// to): xgrammar decides most of the vocabulary there by the repetitions each token uses
+// (Kestrel patches that step, cmake/xgrammar/patches). The mask equals the oracle at every step
+// of a walk to the bound and at the closing quote, on the byte-level vocabulary, where tokens are
+// parts of characters and the budget counts characters, not bytes.
+TEST(StructuredQwen2Vocab, CountedRepetitionMasksEqualTheOracle) {
+  const auto file = gguf::GgufFile::open(test::shared_model_path("llama.cpp-vocab/ggml-vocab-qwen2.gguf"));
+  const auto tokenizer = Tokenizer::from_gguf(*file);
+  const int32_t n_vocab = tokenizer->vocab_size();
+  const grammar::GrammarCompiler compiler(*tokenizer, n_vocab, tokenizer->stop_token_ids());
+  const Vocab v{tokenizer.get(), n_vocab, &compiler};
+  constexpr size_t kMax = 6;
+  // [^"\\]{0,6}" by hand: up to six characters other than a quote or a backslash, then a quote.
+  auto split = [](const std::string& s, std::string* body) {
+    const size_t quote = s.find('"');
+    *body = s.substr(0, quote);
+    return quote;
+  };
+  auto is_prefix = [&](const std::string& s) {
+    std::string body;
+    const size_t quote = split(s, &body);
+    size_t chars = 0;
+    if (body.find('\\') != std::string::npos || !utf8_valid_prefix(body, &chars) || chars > kMax) return false;
+    if (quote == std::string::npos) return true;
+    return quote + 1 == s.size() && utf8_complete_prefix(body) == body.size();
+  };
+  auto is_complete = [&](const std::string& s) { return !s.empty() && s.back() == '"' && is_prefix(s); };
+  Constraint c;
+  c.kind = ConstraintKind::Regex;
+  c.text = R"([^"\\]{0,6}")";
+  walk_and_check(v, c, "naïve!\"", is_prefix, is_complete);
+  walk_and_check(v, c, "日本語\"", is_prefix, is_complete);
+  walk_and_check(v, c, "\"", is_prefix, is_complete);
+}
+
 // Jump-forward: a schema of long fixed keys; the forced tokens ride along as one-hot drafts. The
 // output is token for token what decoding without jump-forward gives (greedy and seeded), in
 // fewer engine steps (about 25% fewer here: the story model often spells a forced key with other

@@ -9,6 +9,7 @@
 #include "core/utf8.h"
 #include "server/completion_run.h"
 #include "server/openai_response.h"
+#include "server/tool_call_stream.h"
 #include "server/tool_calls.h"
 
 namespace kestrel::server {
@@ -91,8 +92,15 @@ void CompletionResponder::stream() {
   std::string failure;
   bool done = false;
   const bool tools = chat && r_.structured.tool_choice != ToolChoice::None;
-  std::vector<std::string> held(n);      // tool choices' text until they end
+  std::vector<std::string> held(n);      // `auto` replies recognised only when they end
   std::vector<std::string> call_ids(n);  // a named tool choice's call
+  // `required` and Hermes-constrained `auto` replies stream their calls as they are generated.
+  std::vector<std::optional<ToolCallStream>> call_streams(n);
+  if (tools && (r_.structured.tool_choice == ToolChoice::Required || r_.structured.hermes_tool_calls)) {
+    const auto format = r_.structured.tool_choice == ToolChoice::Required ? ToolCallStream::Format::RequiredList
+                                                                          : ToolCallStream::Format::HermesTags;
+    for (auto& s : call_streams) s.emplace(format, r_.structured.parallel_tool_calls);
+  }
   auto last_write = std::chrono::steady_clock::now();
   while (ok && !done) {
     if (out_.aborting()) {
@@ -132,6 +140,25 @@ void CompletionResponder::stream() {
           ok = send(tool_arguments_chunk(r_, choice, "", "", "",
                                          event.finish_reason == FinishReason::Length ? "length" : "stop", id, created,
                                          model));
+        }
+        wrote = true;
+        return;
+      }
+      if (call_streams[i]) {
+        ToolCallStream& stream = *call_streams[i];
+        std::vector<ToolCallStream::Delta> deltas = stream.feed(event.text);
+        const bool ended = event.finished && event.finish_reason != FinishReason::Error;
+        if (ended) {
+          for (ToolCallStream::Delta& d : stream.finish()) deltas.push_back(std::move(d));
+        }
+        for (const ToolCallStream::Delta& d : deltas) {
+          if (ok) ok = send(tool_stream_chunk(r_, choice, d, id, created, model));
+        }
+        if (ok && ended) {
+          const char* reason = event.finish_reason == FinishReason::Length ? "length"
+                               : stream.calls() > 0                        ? "tool_calls"
+                                                                           : "stop";
+          ok = send(tool_arguments_chunk(r_, choice, "", "", "", reason, id, created, model));
         }
         wrote = true;
         return;

@@ -258,6 +258,7 @@ ParsedRequest parse_chat_request(const json& body, const Tokenizer& tokenizer,
       chat_template->source().find("<tool_call>") != std::string::npos) {
     r.structured.constraint = hermes_tool_calls_constraint(r.structured.tools);
     r.structured.constraint_param = "tools";
+    r.structured.hermes_tool_calls = true;
   }
   r.prompt_texts.push_back(prompt);
   // The template writes BOS itself when the model wants one.

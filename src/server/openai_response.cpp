@@ -207,6 +207,24 @@ json tool_arguments_chunk(const ParsedRequest& r, int index, const std::string& 
   return chunk_of(r, std::move(choice), id, created, model);
 }
 
+json tool_stream_chunk(const ParsedRequest& r, int index, const ToolCallStream::Delta& d, const std::string& id,
+                       int64_t created, const std::string& model) {
+  json delta = json::object();
+  if (d.call < 0) {
+    delta["content"] = d.content;
+  } else {
+    json call = {{"index", d.call}, {"function", {{"arguments", d.arguments}}}};
+    if (!d.id.empty()) {
+      call["id"] = d.id;
+      call["type"] = "function";
+      call["function"]["name"] = d.name;
+    }
+    delta["tool_calls"] = json::array({call});
+  }
+  json choice = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", nullptr}, {"delta", delta}};
+  return chunk_of(r, std::move(choice), id, created, model);
+}
+
 json usage_chunk(const ParsedRequest& r, const std::string& id, int64_t created, const std::string& model,
                  int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens, const DraftCounts* drafts) {
   return {{"id", id}, {"object", object_name(r, true)}, {"created", created}, {"model", model},

@@ -8,6 +8,7 @@
 
 #include "engine/async_engine.h"
 #include "server/openai_request.h"
+#include "server/tool_call_stream.h"
 
 namespace kestrel::server {
 
@@ -55,8 +56,8 @@ nlohmann::json stream_chunk(const ParsedRequest& request, int index, const std::
                             const Tokenizer& tokenizer, const std::string& id, int64_t created,
                             const std::string& model, size_t text_offset, bool first_chat_chunk);
 
-// A tool-enabled chat choice's reply, sent in one chunk when it ends (its text is held until
-// then: whether it is a tool call is known only at the end): content and/or tool_calls.
+// A tool-enabled chat choice's reply in one chunk when it ends, for the `auto` formats that are
+// recognised only in the whole reply (Llama 3.x JSON, Mistral): content and/or tool_calls.
 nlohmann::json tool_reply_chunk(const ParsedRequest& request, int index, const std::string& text, FinishReason finish,
                                 const std::string& id, int64_t created, const std::string& model);
 
@@ -66,6 +67,12 @@ nlohmann::json tool_reply_chunk(const ParsedRequest& request, int index, const s
 nlohmann::json tool_arguments_chunk(const ParsedRequest& request, int index, const std::string& call_id,
                                     const std::string& name, const std::string& arguments, const char* finish,
                                     const std::string& id, int64_t created, const std::string& model);
+
+// A `required` or Hermes-constrained `auto` tool choice streams as it is generated
+// (ToolCallStream): one chunk per delta, content or a part of call `delta.call` (its id, type and
+// name on its first chunk).
+nlohmann::json tool_stream_chunk(const ParsedRequest& request, int index, const ToolCallStream::Delta& delta,
+                                 const std::string& id, int64_t created, const std::string& model);
 
 // The final usage-only chunk (stream_options.include_usage).
 nlohmann::json usage_chunk(const ParsedRequest& request, const std::string& id, int64_t created,

@@ -35,6 +35,8 @@ struct StructuredRequest {
   ToolChoice tool_choice = ToolChoice::None;
   std::string named_tool;  // ToolChoice::Named
   bool parallel_tool_calls = true;  // false: at most one call (`required` lists exactly one)
+  // `auto` under hermes_tool_calls_constraint (the chat template writes `<tool_call>`).
+  bool hermes_tool_calls = false;
 };
 
 // Throws ApiError(400) naming the field for anything malformed, conflicting or unsupported.

@@ -1,7 +1,11 @@
 #include "server/tool_calls.h"
 
+#include <algorithm>
 #include <random>
 #include <set>
+#include <sstream>
+
+#include "server/python_calls.h"
 
 namespace kestrel::server {
 
@@ -36,6 +40,38 @@ std::optional<json> as_call(const json& j, const std::set<std::string>& names) {
   if (args.is_string()) return call(j["name"].get<std::string>(), args.get<std::string>());
   if (!args.is_object()) return std::nullopt;
   return call(j["name"].get<std::string>(), args.dump());
+}
+
+// Python-style calls (Gemma's tool_code) of offered functions, as OpenAI calls; empty when `code`
+// is anything else. Positional arguments take the parameter names in the schema's order; a
+// `module.` prefix (Gemma writes `default_api.f(...)`) is dropped.
+json python_tool_calls(const StructuredRequest& request, const std::string& code) {
+  const std::optional<std::vector<PythonCall>> parsed = parse_python_calls(code);
+  if (!parsed) return json::array();
+  json calls = json::array();
+  for (const PythonCall& c : *parsed) {
+    const std::string name = c.name.substr(c.name.rfind('.') == std::string::npos ? 0 : c.name.rfind('.') + 1);
+    const auto f = std::find_if(request.tools.begin(), request.tools.end(),
+                                [&](const ToolFunction& t) { return t.name == name; });
+    if (f == request.tools.end()) return json::array();
+    nlohmann::ordered_json args = nlohmann::ordered_json::object();
+    const auto properties = f->parameters.find("properties");
+    auto next_name = properties != f->parameters.end() && properties->is_object() ? properties->begin()
+                                                                                  : nlohmann::ordered_json::const_iterator();
+    for (const auto& v : c.positional) {
+      if (properties == f->parameters.end() || !properties->is_object() || next_name == properties->end()) {
+        return json::array();  // more positional arguments than the function has parameters
+      }
+      args[next_name.key()] = v;
+      ++next_name;
+    }
+    for (const auto& [key, v] : c.keywords.items()) {
+      if (args.contains(key)) return json::array();
+      args[key] = v;
+    }
+    calls.push_back(call(name, args.dump()));
+  }
+  return calls;
 }
 
 ToolCallReply content_only(const std::string& text, FinishReason finish) {
@@ -82,14 +118,28 @@ ToolCallReply extract_tool_calls(const StructuredRequest& request, const std::st
   for (;;) {
     const size_t open = text.find(kOpen, pos);
     if (open == std::string::npos) break;
-    const size_t close = text.find(kClose, open + kOpen.size());
-    const size_t body_end = close == std::string::npos ? text.size() : close;
-    const json j = json::parse(text.substr(open + kOpen.size(), body_end - open - kOpen.size()), nullptr, false);
-    const std::optional<json> c = j.is_discarded() ? std::nullopt : as_call(j, names);
-    if (!c) break;  // not a well-formed call: leave the rest as content
+    // The call is the one JSON value after the tag (read as far as it goes, so a "</tool_call>"
+    // inside an argument string does not end it), then the closing tag (or the end of the text).
+    const size_t body = open + kOpen.size();
+    std::istringstream in(text.substr(body));
+    json j;
+    try {
+      in >> j;
+    } catch (const json::exception&) {
+      break;  // not a well-formed call: leave the rest as content
+    }
+    const std::optional<json> c = as_call(j, names);
+    if (!c) break;
+    size_t end = in.eof() ? text.size() : body + size_t(in.tellg());
+    end = std::min(text.size(), std::max(end, text.find_first_not_of(" \t\r\n", end)));
+    if (text.compare(end, kClose.size(), kClose) == 0) {
+      end += kClose.size();
+    } else if (end != text.size()) {
+      break;  // something else follows the call: not a block
+    }
     content += text.substr(pos, open - pos);
     reply.tool_calls.push_back(*c);
-    pos = close == std::string::npos ? text.size() : close + kClose.size();
+    pos = end;
   }
   content += text.substr(pos);
   if (reply.tool_calls.empty()) {
@@ -111,6 +161,31 @@ ToolCallReply extract_tool_calls(const StructuredRequest& request, const std::st
         reply.tool_calls = calls;
         content.clear();
       }
+    }
+  }
+  if (reply.tool_calls.empty()) {
+    // Gemma: ```tool_code blocks of Python calls, or a reply that is only such calls.
+    static const std::string kFence = "```tool_code", kEnd = "```";
+    std::string outside;
+    size_t at = 0;
+    json calls = json::array();
+    for (size_t open = text.find(kFence); open != std::string::npos; open = text.find(kFence, at)) {
+      const size_t body = open + kFence.size();
+      const size_t close = text.find(kEnd, body);
+      const size_t body_end = close == std::string::npos ? text.size() : close;
+      const json found = python_tool_calls(request, text.substr(body, body_end - body));
+      if (found.empty()) break;
+      for (const json& c : found) calls.push_back(c);
+      outside += text.substr(at, open - at);
+      at = close == std::string::npos ? text.size() : close + kEnd.size();
+    }
+    if (calls.empty()) {
+      calls = python_tool_calls(request, text);
+      if (!calls.empty()) at = text.size();
+    }
+    if (!calls.empty()) {
+      reply.tool_calls = calls;
+      content = outside + text.substr(at);
     }
   }
   if (reply.tool_calls.empty()) return content_only(text, finish);

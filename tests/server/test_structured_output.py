@@ -153,6 +153,21 @@ def test_required_tool_choice_calls_declared_tools(client):
                 assert set(args) == {"city", "days"}, args
             else:
                 assert call.function.name == "get_time" and args["zone"] in ("utc", "cet"), call
+        # Streamed, the same call (same seed, same tokens) arrives as OpenAI streams one: its id and
+        # name first, then its arguments piece by piece as they are generated.
+        chunks = [c for c in client.chat.completions.create(
+            model="stories260K", messages=[{"role": "user", "content": "What now?"}], tools=[WEATHER_TOOL, TIME_TOOL],
+            tool_choice="required", parallel_tool_calls=False, temperature=1.0, seed=seed, max_tokens=420,
+            stream=True) if c.choices]
+        deltas = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+        assert all(d.index == 0 for d in deltas)
+        assert deltas[0].id.startswith("call_") and deltas[0].function.name == choice.message.tool_calls[0].function.name
+        assert all(d.id is None and d.function.name is None for d in deltas[1:])
+        assert len([d for d in deltas if d.function.arguments]) >= 3, deltas
+        streamed = "".join(d.function.arguments for d in deltas)
+        assert json.loads(streamed) == json.loads(choice.message.tool_calls[0].function.arguments)
+        assert chunks[-1].choices[0].finish_reason == "tool_calls"
+        assert not any(c.choices[0].delta.content for c in chunks)
 
 
 def test_auto_tool_choice_without_a_call_is_content(client):

@@ -153,5 +153,38 @@ TEST(ToolReplies, AutoRecognisesTheModelsFormats) {
   }
 }
 
+// Gemma's Python-style calls: the expected arguments are what Python's ast.literal_eval gives for
+// each literal, written out as JSON by hand.
+TEST(ToolReplies, AutoRecognisesGemmaToolCode) {
+  const StructuredRequest request = tools_request();
+  ToolCallReply r = extract_tool_calls(
+      request, "I'll look it up.\n```tool_code\nget_weather(city='Paris, \"FR\"', days=3, opts={'units': 'C', 'x': [1, -2.5e3, (True, None)]})\n```",
+      FinishReason::Stop);
+  ASSERT_EQ(r.tool_calls.size(), 1u);
+  EXPECT_EQ(r.tool_calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(r.tool_calls[0]["function"]["arguments"].get<std::string>()),
+            json::parse(R"({"city": "Paris, \"FR\"", "days": 3, "opts": {"units": "C", "x": [1, -2500.0, [true, null]]}})"));
+  EXPECT_EQ(r.content, "I'll look it up.");
+  EXPECT_EQ(r.finish_reason, "tool_calls");
+  // Positional arguments take the schema's parameter names; a module prefix is dropped; two calls.
+  r = extract_tool_calls(request, "```tool_code\ndefault_api.get_weather(\"Oslo\")\nget_time()\n```", FinishReason::Stop);
+  ASSERT_EQ(r.tool_calls.size(), 2u);
+  EXPECT_EQ(json::parse(r.tool_calls[0]["function"]["arguments"].get<std::string>()), json::parse(R"({"city": "Oslo"})"));
+  EXPECT_EQ(r.tool_calls[1]["function"]["name"], "get_time");
+  EXPECT_FALSE(r.content.has_value());
+  // A reply that is only a call, without the fence.
+  r = extract_tool_calls(request, "get_weather(city=\"Rome\")", FinishReason::Stop);
+  ASSERT_EQ(r.tool_calls.size(), 1u);
+  // Not calls: an unknown function, an expression, a variable, too many positional arguments,
+  // a keyword given twice, a positional after a keyword.
+  for (const std::string text : {"```tool_code\nrm_rf('/')\n```", "get_weather(city=1 + 2)", "get_weather(city=x)",
+                                 "get_weather('a', 'b')", "get_weather(city='a', city='b')", "get_weather(city='a', 3)",
+                                 "print(get_weather('a'))"}) {
+    r = extract_tool_calls(request, text, FinishReason::Stop);
+    EXPECT_TRUE(r.tool_calls.empty()) << text;
+    EXPECT_EQ(r.content, text);
+  }
+}
+
 }  // namespace
 }  // namespace kestrel::server

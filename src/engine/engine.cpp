@@ -192,8 +192,34 @@ std::vector<RequestOutput> LLMEngine::step() {
     chunk.logits_from = rows > 0 ? s.num_scheduled_tokens - rows : -1;
     chunks.push_back(chunk);
   }
+  // The constrained requests' next-token masks on the helper thread while the forward pass runs:
+  // sampling row 0 (history = the request's tokens) then only applies its mask.
+  std::vector<std::pair<grammar::GrammarMaskProcessor*, std::span<const TokenId>>> masks;
+  for (const ScheduledRequest& s : plan.scheduled) {
+    grammar::GrammarMaskProcessor* g = states_.at(s.request->id).grammar;
+    if (g != nullptr && s.samples()) masks.emplace_back(g, s.request->tokens);
+  }
+  struct WaitForMasks {  // also when the forward pass throws: the task reads `masks`
+    BackgroundTask* task;
+    ~WaitForMasks() {
+      if (task == nullptr) return;
+      try {
+        task->wait();
+      } catch (...) {
+      }
+    }
+  } wait_for_masks{masks.empty() ? nullptr : &mask_prefetch_};
+  if (!masks.empty()) {
+    mask_prefetch_.start([&masks] {
+      for (const auto& [g, history] : masks) g->prepare(history);
+    });
+  }
   const auto start = std::chrono::steady_clock::now();
   const std::span<float> logits = runner_.execute(chunks);
+  if (wait_for_masks.task != nullptr) {
+    wait_for_masks.task = nullptr;
+    mask_prefetch_.wait();
+  }
 
   const size_t n_vocab = size_t(model_.config().n_vocab);
   std::vector<std::vector<TokenId>> produced(plan.scheduled.size());

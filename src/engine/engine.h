@@ -11,6 +11,7 @@
 #include "engine/engine_config.h"
 #include "engine/kv_capacity.h"
 #include "engine/speculator.h"
+#include "core/background_task.h"
 #include "grammar/grammar_compiler.h"
 #include "grammar/grammar_matcher.h"
 #include "kv/kv_cache_manager.h"
@@ -124,6 +125,9 @@ class LLMEngine {
   StepStats last_step_;
   bool jump_forward_;
   int max_forced_tokens_;
+  // The next-token grammar masks of a step's constrained requests, computed while its forward
+  // pass runs (they depend only on the tokens so far).
+  BackgroundTask mask_prefetch_;
 };
 
 }  // namespace kestrel

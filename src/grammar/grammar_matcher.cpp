@@ -22,6 +22,7 @@ struct GrammarMaskProcessor::Impl {
   // npos: none. Like an accepted stop token, it ends matching.
   size_t unmatched_stop = std::string::npos;
   std::vector<int32_t> bitmask;   // bit t of word t/32: token t allowed
+  bool mask_current = false;      // bitmask is the mask after `consumed` (set by fill_mask)
 
   bool ended() const { return unmatched_stop != std::string::npos || matcher.IsTerminated(); }
   bool is_stop(TokenId t) const {
@@ -40,6 +41,7 @@ void GrammarMaskProcessor::sync(std::span<const TokenId> history) {
   const std::span<const TokenId> generated = history.subspan(prompt_length_);
   std::vector<TokenId>& consumed = impl_->consumed;
   const size_t common = size_t(std::mismatch(consumed.begin(), consumed.end(), generated.begin(), generated.end()).first - consumed.begin());
+  if (common < consumed.size() || common < generated.size()) impl_->mask_current = false;
   if (common < consumed.size()) {
     if (common < impl_->fed) {
       impl_->matcher.Rollback(int(impl_->fed - common));
@@ -66,6 +68,9 @@ void GrammarMaskProcessor::sync(std::span<const TokenId> history) {
 }
 
 void GrammarMaskProcessor::fill_mask() {
+  if (impl_->mask_current) return;  // prepared, or filled by an earlier call on the same history
+  impl_->mask_current = true;
+  ++masks_computed_;
   std::vector<int32_t>& mask = impl_->bitmask;
   auto allow_only_stop_tokens = [&] {
     std::fill(mask.begin(), mask.end(), 0);
@@ -117,6 +122,11 @@ void GrammarMaskProcessor::apply(std::span<float> logits, std::span<const TokenI
       refused &= refused - 1u;
     }
   }
+}
+
+void GrammarMaskProcessor::prepare(std::span<const TokenId> history) {
+  sync(history);
+  fill_mask();
 }
 
 bool GrammarMaskProcessor::at_dead_end() const { return dead_end_ || impl_->unmatched_stop != std::string::npos; }

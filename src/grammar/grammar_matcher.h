@@ -33,6 +33,12 @@ class GrammarMaskProcessor final : public LogitsProcessor {
   // history moves back before that point.
   void apply(std::span<float> logits, std::span<const TokenId> history) override;
   bool at_dead_end() const;
+  // Computes the mask that follows `history` ahead of apply() with that history (which then only
+  // applies it): the engine runs it while the forward pass runs, on another thread. Not
+  // concurrently with any other call on this processor.
+  void prepare(std::span<const TokenId> history);
+  // How many masks were computed (xgrammar's fill), for tests.
+  int64_t masks_computed() const { return masks_computed_; }
 
   // The allowed next tokens after `history` (for tests and diagnostics), ascending.
   std::vector<TokenId> allowed_tokens(std::span<const TokenId> history);
@@ -52,6 +58,7 @@ class GrammarMaskProcessor final : public LogitsProcessor {
   std::unique_ptr<Impl> impl_;
   size_t prompt_length_;
   bool dead_end_ = false;  // the grammar allowed no token in the last mask
+  int64_t masks_computed_ = 0;
 };
 
 }  // namespace kestrel::grammar

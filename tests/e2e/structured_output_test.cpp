@@ -284,6 +284,37 @@ TEST_F(StructuredStories, RollbackGivesTheMaskOfAFreshMatcher) {
   EXPECT_EQ(processor.allowed_tokens(other), fresh.allowed_tokens(other));
 }
 
+// The engine prepares each step's masks while the forward pass runs (prepare(), another thread);
+// sampling then applies them. A prepared mask is the mask of exactly that history: applying it
+// with the same history computes nothing more, with another one (a rollback, a longer history) it
+// is recomputed, and every logits row equals a fresh matcher's.
+TEST_F(StructuredStories, APreparedMaskIsUsedOnlyForItsHistory) {
+  const std::vector<TokenId> path = walk_and_check(regex_constraint(), "123-story", regex_prefix, regex_complete);
+  ASSERT_GE(path.size(), 4u);
+  const std::vector<TokenId> prompt = tokenizer_->encode("Once upon a time", true, false);
+  auto history = [&](size_t n) {
+    std::vector<TokenId> h = prompt;
+    h.insert(h.end(), path.begin(), path.begin() + std::ptrdiff_t(n));
+    return h;
+  };
+  const size_t n_vocab = size_t(model_->config().n_vocab);
+  auto masked = [&](GrammarMaskProcessor& p, const std::vector<TokenId>& h) {
+    std::vector<float> logits(n_vocab, 0.5f);
+    p.apply(logits, h);
+    return logits;
+  };
+  GrammarMaskProcessor processor(compiler_->compile(regex_constraint()), prompt.size());
+  for (const auto& [prepared, applied] : std::vector<std::pair<size_t, size_t>>{
+           {0, 0}, {1, 1}, {2, 2}, {3, 2}, {1, 3}, {path.size(), path.size()}, {2, 0}}) {
+    processor.prepare(history(prepared));
+    const int64_t before = processor.masks_computed();
+    const std::vector<float> got = masked(processor, history(applied));
+    EXPECT_EQ(processor.masks_computed() - before, prepared == applied ? 0 : 1) << prepared << " -> " << applied;
+    GrammarMaskProcessor fresh(compiler_->compile(regex_constraint()), prompt.size());
+    EXPECT_EQ(got, masked(fresh, history(applied))) << prepared << " -> " << applied;
+  }
+}
+
 TEST_F(StructuredStories, MaskComesBeforeTemperatureAndTopK) {
   const std::vector<TokenId> prompt = tokenizer_->encode("Once upon a time", true, false);
   const std::vector<TokenId> allowed = oracle("12", regex_prefix, regex_complete);

@@ -31,6 +31,9 @@ struct Constraint {
   // JSON Schema: properties not listed are refused unless the schema allows them explicitly
   // (OpenAI's strict mode and xgrammar's default); false follows the JSON Schema default.
   bool strict = true;
+  // JSON Schema: an object's properties in any order (to check a document, e.g. a tool call's
+  // re-serialised arguments); false: in the schema's order, as generation follows it.
+  bool any_order = false;
 };
 
 // A short description for logs and errors, e.g. "json_schema" or "regex".

@@ -122,10 +122,12 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const Constraint
         if (schema.is_discarded()) fail("the schema is not valid JSON");
         if (const std::string why = unsupported_schema_feature(schema); !why.empty()) fail("{}", why);
         refuse_ignored_parts([&] {
-          xgrammar::Grammar::FromJSONSchema(c.text, c.any_whitespace, std::nullopt, std::nullopt, c.strict, whitespace);
+          xgrammar::Grammar::FromJSONSchema(c.text, c.any_whitespace, std::nullopt, std::nullopt, c.strict, whitespace,
+                                            /*print_converted_ebnf=*/false, c.any_order);
         });
         return std::make_shared<CompiledGrammar>(
-            compiler.CompileJSONSchema(c.text, c.any_whitespace, std::nullopt, std::nullopt, c.strict, whitespace),
+            compiler.CompileJSONSchema(c.text, c.any_whitespace, std::nullopt, std::nullopt, c.strict, whitespace,
+                                       c.any_order),
             c.kind, n_vocab_);
       }
       case ConstraintKind::Regex:

@@ -31,6 +31,11 @@ struct GrammarMaskProcessor::Impl {
   }
 };
 
+bool grammar_accepts(const CompiledGrammar& grammar, std::string_view text) {
+  xgrammar::GrammarMatcher matcher(grammar.compiled);
+  return matcher.AcceptString(std::string(text)) && matcher.IsCompleted();
+}
+
 GrammarMaskProcessor::GrammarMaskProcessor(std::shared_ptr<const CompiledGrammar> grammar, size_t prompt_length)
     : impl_(std::make_unique<Impl>(std::move(grammar))), prompt_length_(prompt_length) {}
 

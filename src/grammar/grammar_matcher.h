@@ -13,12 +13,17 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "grammar/grammar_compiler.h"
 #include "sample/logits_processors.h"
 
 namespace kestrel::grammar {
+
+// Whether `text` is a complete output of `grammar` (e.g. a tool call's arguments against the
+// function's parameters schema).
+bool grammar_accepts(const CompiledGrammar& grammar, std::string_view text);
 
 class GrammarMaskProcessor final : public LogitsProcessor {
  public:

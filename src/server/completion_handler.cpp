@@ -99,7 +99,7 @@ void CompletionResponder::stream() {
   if (tools && (r_.structured.tool_choice == ToolChoice::Required || r_.structured.hermes_tool_calls)) {
     const auto format = r_.structured.tool_choice == ToolChoice::Required ? ToolCallStream::Format::RequiredList
                                                                           : ToolCallStream::Format::HermesTags;
-    for (auto& s : call_streams) s.emplace(format, r_.structured.parallel_tool_calls);
+    for (auto& s : call_streams) s.emplace(format, r_.structured);
   }
   auto last_write = std::chrono::steady_clock::now();
   while (ok && !done) {
@@ -149,7 +149,7 @@ void CompletionResponder::stream() {
         std::vector<ToolCallStream::Delta> deltas = stream.feed(event.text);
         const bool ended = event.finished && event.finish_reason != FinishReason::Error;
         if (ended) {
-          for (ToolCallStream::Delta& d : stream.finish()) deltas.push_back(std::move(d));
+          for (ToolCallStream::Delta& d : stream.finish(event.finish_reason)) deltas.push_back(std::move(d));
         }
         for (const ToolCallStream::Delta& d : deltas) {
           if (ok) ok = send(tool_stream_chunk(r_, choice, d, id, created, model));

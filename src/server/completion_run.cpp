@@ -4,11 +4,29 @@
 
 #include <fmt/format.h>
 
+#include "grammar/grammar_matcher.h"
 #include "server/api_error.h"
 
 namespace kestrel::server {
 
 void prepare_constraint(AsyncEngine& engine, ParsedRequest& request, bool json_any_whitespace) {
+  if (request.structured.tool_choice == ToolChoice::Auto) {
+    // Calls the model writes outside a constrained block are checked against their schema.
+    request.structured.arguments_match = [&engine](const ToolFunction& f, const std::string& arguments) {
+      grammar::Constraint schema;
+      schema.kind = grammar::ConstraintKind::JsonSchema;
+      schema.text = f.parameters.dump();
+      schema.max_whitespace = 0;  // unbounded (the arguments are re-serialised compactly anyway)
+      schema.any_order = true;    // and with their keys sorted
+      const nlohmann::json parsed = nlohmann::json::parse(arguments, nullptr, false);
+      if (parsed.is_discarded() || !required_present(f.parameters, parsed)) return false;
+      try {
+        return grammar::grammar_accepts(*engine.compile_grammar(schema), arguments);
+      } catch (const Error&) {
+        return false;
+      }
+    };
+  }
   auto& constraint = request.structured.constraint;
   if (!constraint) return;
   constraint->any_whitespace = request.structured.any_whitespace.value_or(json_any_whitespace);

@@ -242,4 +242,28 @@ StructuredRequest parse_structured_request(const json& body, bool chat) {
   return r;
 }
 
+bool required_present(const json& schema, const nlohmann::json& value) {
+  if (!schema.is_object()) return true;
+  if (value.is_object()) {
+    if (const auto required = schema.find("required"); required != schema.end() && required->is_array()) {
+      for (const auto& name : *required) {
+        if (name.is_string() && !value.contains(name.get<std::string>())) return false;
+      }
+    }
+    if (const auto properties = schema.find("properties"); properties != schema.end() && properties->is_object()) {
+      for (const auto& [name, sub] : properties->items()) {
+        if (value.contains(name) && !required_present(sub, value[name])) return false;
+      }
+    }
+  } else if (value.is_array()) {
+    if (const auto items = schema.find("items"); items != schema.end()) {
+      for (const auto& item : value) {
+        if (!required_present(*items, item)) return false;
+      }
+    }
+  }
+  return true;
+}
+
+
 }  // namespace kestrel::server

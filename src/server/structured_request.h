@@ -9,6 +9,7 @@
 // {name, parameters} calls (as vLLM does); `auto` leaves the model free and parses its output.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,10 +38,19 @@ struct StructuredRequest {
   bool parallel_tool_calls = true;  // false: at most one call (`required` lists exactly one)
   // `auto` under hermes_tool_calls_constraint (the chat template writes `<tool_call>`).
   bool hermes_tool_calls = false;
+  // Whether `arguments` match the function's parameters schema, for calls read from text no
+  // grammar constrained (set by the server; null: not checked). A call that does not match is
+  // not a call: the reply is content.
+  std::function<bool(const ToolFunction& function, const std::string& arguments)> arguments_match;
 };
 
 // Throws ApiError(400) naming the field for anything malformed, conflicting or unsupported.
 StructuredRequest parse_structured_request(const nlohmann::ordered_json& body, bool chat);
+
+// Whether `value` has every property `schema` requires, in nested objects too (following
+// "properties" and "items"; $ref and anyOf branches are not followed). xgrammar's any-order JSON
+// grammar, which checks a tool call's arguments otherwise, does not enforce `required`.
+bool required_present(const nlohmann::ordered_json& schema, const nlohmann::json& value);
 
 // `tool_choice: auto` for models that call tools in Hermes/Qwen 2.5 form (their chat template
 // writes `<tool_call>`): text stays free, but once the model opens `<tool_call>` the call must be

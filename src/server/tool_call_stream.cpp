@@ -1,5 +1,7 @@
 #include "server/tool_call_stream.h"
 
+#include <cctype>
+
 #include <nlohmann/json.hpp>
 
 #include "server/tool_calls.h"
@@ -10,6 +12,8 @@ namespace {
 
 const std::string kOpenTag = "<tool_call>";
 const std::string kCloseTag = "</tool_call>";
+const std::string kFence = "```tool_code";  // Gemma's calls
+const std::string kJsonFence = "```json";   // a reply of only a fenced call (Qwen2.5-Coder)
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
@@ -23,41 +27,54 @@ bool is_arguments_key(const std::string& key) { return key == "arguments" || key
 
 }  // namespace
 
-ToolCallStream::ToolCallStream(Format format, bool parallel_tool_calls)
+ToolCallStream::ToolCallStream(Format format, const StructuredRequest& request)
     : format_(format),
-      parallel_(parallel_tool_calls),
-      mode_(format == Format::RequiredList ? Mode::Json : Mode::Content),
+      request_(request),
+      parallel_(request.parallel_tool_calls),
+      mode_(format == Format::RequiredList ? Mode::Json : Mode::Undecided),
       call_depth_(format == Format::RequiredList ? 2 : 1) {}
 
 std::vector<ToolCallStream::Delta> ToolCallStream::feed(std::string_view text) {
   std::vector<Delta> out;
-  for (const char c : text) {
-    switch (mode_) {
-      case Mode::Content:
-        content_char(c, &out);
-        break;
-      case Mode::Json:
-        json_char(c, &out);
-        break;
-      case Mode::CloseTag:
-        if (close_matched_ == 0 && is_space(c)) break;
-        if (c == kCloseTag[close_matched_]) {
-          if (++close_matched_ == kCloseTag.size()) mode_ = Mode::Content;
-          break;
-        }
-        // Not the closing tag (only possible without the constraint): what was read is content.
-        pending_ += kCloseTag.substr(0, close_matched_);
-        mode_ = Mode::Content;
-        content_char(c, &out);
-        break;
-    }
-  }
+  for (const char c : text) feed_char(c, &out);
   if (mode_ == Mode::Content) flush_content(&out, /*hold_whitespace=*/true);
   return out;
 }
 
-std::vector<ToolCallStream::Delta> ToolCallStream::finish() {
+void ToolCallStream::feed_char(char c, std::vector<Delta>* out) {
+  switch (mode_) {
+    case Mode::Undecided:
+      undecided_char(c, out);
+      break;
+    case Mode::Content:
+      content_char(c, out);
+      break;
+    case Mode::Json:
+      json_char(c, out);
+      break;
+    case Mode::CloseTag:
+      if (close_matched_ == 0 && is_space(c)) break;
+      if (c == kCloseTag[close_matched_]) {
+        if (++close_matched_ == kCloseTag.size()) mode_ = Mode::Content;
+        break;
+      }
+      // Not the closing tag (only possible without the constraint): what was read is content.
+      pending_ += kCloseTag.substr(0, close_matched_);
+      mode_ = Mode::Content;
+      content_char(c, out);
+      break;
+    case Mode::HoldToEnd:
+      pending_ += c;
+      break;
+  }
+}
+
+std::vector<ToolCallStream::Delta> ToolCallStream::finish(FinishReason finish) {
   std::vector<Delta> out;
+  if (mode_ == Mode::Undecided || mode_ == Mode::HoldToEnd) {
+    emit_whole_reply(finish, &out);
+    return out;
+  }
   if (mode_ != Mode::Content) return out;
   if (calls_ > 0) {
     // The reply's content is trimmed when it carries calls (as extract_tool_calls does).
@@ -68,9 +85,74 @@ std::vector<ToolCallStream::Delta> ToolCallStream::finish() {
   return out;
 }
 
+// The start of an `auto` reply: held while it may still be a reply of only JSON (Llama 3.x,
+// Mistral's [TOOL_CALLS] list, or in a ```json block), a ```tool_code block or a Python call
+// (Gemma); content otherwise.
+void ToolCallStream::undecided_char(char c, std::vector<Delta>* out) {
+  pending_ += c;
+  const size_t start = pending_.find_first_not_of(" \t\r\n");
+  if (start == std::string::npos) return;
+  const std::string_view head = std::string_view(pending_).substr(start);
+  if (head[0] == '{' || head[0] == '[') {
+    mode_ = Mode::HoldToEnd;
+    return;
+  }
+  if (head[0] == '`') {
+    for (const std::string& fence : {kFence, kJsonFence}) {
+      if (head.size() < fence.size() && fence.compare(0, head.size(), head) == 0) return;
+      if (head.compare(0, fence.size(), fence) == 0) {
+        mode_ = Mode::HoldToEnd;
+        return;
+      }
+    }
+  } else if (std::isalpha(uint8_t(head[0])) || head[0] == '_') {
+    size_t i = 0;
+    while (i < head.size() && (std::isalnum(uint8_t(head[i])) || head[i] == '_' || head[i] == '.')) ++i;
+    if (i == head.size()) return;  // the first word is not complete yet
+    if (head[i] == '(') {
+      mode_ = Mode::HoldToEnd;
+      return;
+    }
+  }
+  // Plain text: what was held goes through content mode (it may begin a tag).
+  mode_ = Mode::Content;
+  std::string held;
+  held.swap(pending_);
+  for (const char h : held) feed_char(h, out);
+}
+
+// The rest of the reply was held: parsed whole, as extract_tool_calls parses a reply.
+void ToolCallStream::emit_whole_reply(FinishReason finish, std::vector<Delta>* out) {
+  const ToolCallReply reply = extract_tool_calls(request_, pending_, finish);
+  if (reply.tool_calls.empty()) {
+    if (!pending_.empty()) out->push_back({pending_, -1, "", "", ""});
+  } else {
+    if (reply.content) out->push_back({*reply.content, -1, "", "", ""});
+    for (const auto& call : reply.tool_calls) {
+      if (call_visible()) {
+        out->push_back({"", calls_, call["id"].get<std::string>(), call["function"]["name"].get<std::string>(),
+                        call["function"]["arguments"].get<std::string>()});
+      }
+      ++calls_;
+    }
+  }
+  pending_.clear();
+}
+
 void ToolCallStream::content_char(char c, std::vector<Delta>* out) {
   pending_ += c;
-  if (pending_.size() >= kOpenTag.size() && pending_.compare(pending_.size() - kOpenTag.size(), kOpenTag.size(), kOpenTag) == 0) {
+  auto ends_with = [&](const std::string& tag) {
+    return pending_.size() >= tag.size() && pending_.compare(pending_.size() - tag.size(), tag.size(), tag) == 0;
+  };
+  if (ends_with(kFence)) {
+    // A Gemma block after some text: it and what follows are parsed when the reply ends.
+    pending_.resize(pending_.size() - kFence.size());
+    flush_content(out, /*hold_whitespace=*/false);
+    pending_ = kFence;
+    mode_ = Mode::HoldToEnd;
+    return;
+  }
+  if (ends_with(kOpenTag)) {
     pending_.resize(pending_.size() - kOpenTag.size());
     // Whitespace right before a call is not content.
     while (!pending_.empty() && is_space(pending_.back())) pending_.pop_back();
@@ -86,9 +168,9 @@ void ToolCallStream::flush_content(std::vector<Delta>* out, bool hold_whitespace
   // Hold back the longest end of the text that may begin "<tool_call>", and the whitespace before
   // it (it may be the end of the content).
   size_t keep = 0;
-  if (format_ == Format::HermesTags) {
-    for (size_t k = std::min(pending_.size(), kOpenTag.size() - 1); k > 0; --k) {
-      if (pending_.compare(pending_.size() - k, k, kOpenTag, 0, k) == 0) {
+  for (const std::string& tag : {kOpenTag, kFence}) {
+    for (size_t k = std::min(pending_.size(), tag.size() - 1); k > keep; --k) {
+      if (pending_.compare(pending_.size() - k, k, tag, 0, k) == 0) {
         keep = k;
         break;
       }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <random>
-#include <set>
 #include <sstream>
 
 #include "server/python_calls.h"
@@ -31,15 +30,28 @@ std::string trim(const std::string& s) {
   return s.substr(begin, s.find_last_not_of(" \t\r\n") - begin + 1);
 }
 
+// The offered function `name`, or null.
+const ToolFunction* offered(const StructuredRequest& request, const std::string& name) {
+  const auto f = std::find_if(request.tools.begin(), request.tools.end(), [&](const ToolFunction& t) { return t.name == name; });
+  return f == request.tools.end() ? nullptr : &*f;
+}
+
+// A call of offered function `f` with `arguments` (JSON text), unless they do not match its
+// parameters (request.arguments_match).
+std::optional<json> checked_call(const StructuredRequest& request, const ToolFunction& f, const std::string& arguments) {
+  if (request.arguments_match && !request.arguments_match(f, arguments)) return std::nullopt;
+  return call(f.name, arguments);
+}
+
 // {"name": f, "arguments" | "parameters": {...} or a JSON string} naming a known function.
-std::optional<json> as_call(const json& j, const std::set<std::string>& names) {
-  if (!j.is_object() || !j.contains("name") || !j["name"].is_string() || !names.count(j["name"].get<std::string>())) {
-    return std::nullopt;
-  }
+std::optional<json> as_call(const json& j, const StructuredRequest& request) {
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
+  const ToolFunction* f = offered(request, j["name"].get<std::string>());
+  if (f == nullptr) return std::nullopt;
   json args = j.contains("arguments") ? j["arguments"] : j.contains("parameters") ? j["parameters"] : json::object();
-  if (args.is_string()) return call(j["name"].get<std::string>(), args.get<std::string>());
+  if (args.is_string()) return checked_call(request, *f, args.get<std::string>());
   if (!args.is_object()) return std::nullopt;
-  return call(j["name"].get<std::string>(), args.dump());
+  return checked_call(request, *f, args.dump());
 }
 
 // Python-style calls (Gemma's tool_code) of offered functions, as OpenAI calls; empty when `code`
@@ -51,9 +63,8 @@ json python_tool_calls(const StructuredRequest& request, const std::string& code
   json calls = json::array();
   for (const PythonCall& c : *parsed) {
     const std::string name = c.name.substr(c.name.rfind('.') == std::string::npos ? 0 : c.name.rfind('.') + 1);
-    const auto f = std::find_if(request.tools.begin(), request.tools.end(),
-                                [&](const ToolFunction& t) { return t.name == name; });
-    if (f == request.tools.end()) return json::array();
+    const ToolFunction* f = offered(request, name);
+    if (f == nullptr) return json::array();
     nlohmann::ordered_json args = nlohmann::ordered_json::object();
     const auto properties = f->parameters.find("properties");
     auto next_name = properties != f->parameters.end() && properties->is_object() ? properties->begin()
@@ -69,7 +80,9 @@ json python_tool_calls(const StructuredRequest& request, const std::string& code
       if (args.contains(key)) return json::array();
       args[key] = v;
     }
-    calls.push_back(call(name, args.dump()));
+    const std::optional<json> checked = checked_call(request, *f, args.dump());
+    if (!checked) return json::array();
+    calls.push_back(*checked);
   }
   return calls;
 }
@@ -85,8 +98,6 @@ ToolCallReply content_only(const std::string& text, FinishReason finish) {
 
 ToolCallReply extract_tool_calls(const StructuredRequest& request, const std::string& text, FinishReason finish) {
   if (finish != FinishReason::Stop) return content_only(text, finish);
-  std::set<std::string> names;
-  for (const ToolFunction& f : request.tools) names.insert(f.name);
   ToolCallReply reply;
   switch (request.tool_choice) {
     case ToolChoice::None:
@@ -128,7 +139,7 @@ ToolCallReply extract_tool_calls(const StructuredRequest& request, const std::st
     } catch (const json::exception&) {
       break;  // not a well-formed call: leave the rest as content
     }
-    const std::optional<json> c = as_call(j, names);
+    const std::optional<json> c = as_call(j, request);
     if (!c) break;
     size_t end = in.eof() ? text.size() : body + size_t(in.tellg());
     end = std::min(text.size(), std::max(end, text.find_first_not_of(" \t\r\n", end)));
@@ -145,12 +156,16 @@ ToolCallReply extract_tool_calls(const StructuredRequest& request, const std::st
   if (reply.tool_calls.empty()) {
     std::string body = trim(text);
     if (body.rfind("[TOOL_CALLS]", 0) == 0) body = trim(body.substr(12));
+    // Qwen2.5-Coder writes its call as a reply of only a ```json block.
+    if (body.size() >= 10 && body.rfind("```json", 0) == 0 && body.compare(body.size() - 3, 3, "```") == 0) {
+      body = trim(body.substr(7, body.size() - 10));
+    }
     const json j = json::parse(body, nullptr, false);
     if (!j.is_discarded()) {
       json list = j.is_array() ? j : json::array({j});
       json calls = json::array();
       for (const json& item : list) {
-        const std::optional<json> c = as_call(item, names);
+        const std::optional<json> c = as_call(item, request);
         if (!c) {
           calls.clear();
           break;

@@ -3,7 +3,7 @@
 // {name, parameters} calls; with `auto` the model wrote its own format, recognised here:
 // Hermes/Qwen2.5 `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks, Mistral's
 // `[TOOL_CALLS] [...]`, a reply that is only a {"name", "arguments"|"parameters"} object
-// (Llama 3.x), and Gemma's Python-style calls (```tool_code blocks, or a reply of only calls:
+// (Llama 3.x) or a list of them, bare or in one ```json block (Qwen2.5-Coder), and Gemma's Python-style calls (```tool_code blocks, or a reply of only calls:
 // python_calls.h). Calls to functions not in the request's tools stay in the content.
 #pragma once
 

@@ -315,6 +315,30 @@ TEST_F(StructuredStories, APreparedMaskIsUsedOnlyForItsHistory) {
   }
 }
 
+// grammar_accepts checks a document against a compiled schema (the server checks tool-call
+// arguments it parsed from free text with it): keys in any order only when asked, enums, bounds,
+// unknown keys, whole documents only. xgrammar's any-order grammar does not enforce `required`
+// (the server checks that itself).
+TEST_F(StructuredStories, GrammarAcceptsChecksWholeDocuments) {
+  Constraint c;
+  c.kind = ConstraintKind::JsonSchema;
+  c.text = R"({"type": "object", "properties": {"unit": {"enum": ["c", "f"]}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+               "required": ["unit"]})";
+  c.any_order = true;
+  const auto any_order = compiler_->compile(c);
+  EXPECT_TRUE(grammar::grammar_accepts(*any_order, R"({"days":3,"unit":"c"})"));
+  EXPECT_TRUE(grammar::grammar_accepts(*any_order, R"({"unit": "f"})"));
+  EXPECT_TRUE(grammar::grammar_accepts(*any_order, R"({"days":3})")) << "required is not checked in any order";
+  for (const char* bad : {R"({"unit":"k"})", R"({"unit":"c","days":9})", R"({"unit":"c")",
+                          R"({"unit":"c","x":1})", R"({"unit":"c"} trailing)"}) {
+    EXPECT_FALSE(grammar::grammar_accepts(*any_order, bad)) << bad;
+  }
+  c.any_order = false;
+  EXPECT_FALSE(grammar::grammar_accepts(*compiler_->compile(c), R"({"days":3,"unit":"c"})"));
+  EXPECT_TRUE(grammar::grammar_accepts(*compiler_->compile(c), R"({"unit":"c","days":3})"));
+  EXPECT_FALSE(grammar::grammar_accepts(*compiler_->compile(c), R"({"days":3})")) << "in order, required is checked";
+}
+
 TEST_F(StructuredStories, MaskComesBeforeTemperatureAndTopK) {
   const std::vector<TokenId> prompt = tokenizer_->encode("Once upon a time", true, false);
   const std::vector<TokenId> allowed = oracle("12", regex_prefix, regex_complete);

@@ -139,6 +139,14 @@ TEST(ToolReplies, AutoRecognisesTheModelsFormats) {
   r = extract_tool_calls(request, R"( {"name": "get_weather", "parameters": {"city": "Lima"}} )", FinishReason::Stop);
   ASSERT_EQ(r.tool_calls.size(), 1u);
   EXPECT_FALSE(r.content.has_value());
+  // A reply of only a ```json block (Qwen2.5-Coder's habit), and of a block with text around it (content).
+  r = extract_tool_calls(request, "```json\n{\"name\": \"get_time\", \"arguments\": {}}\n```", FinishReason::Stop);
+  ASSERT_EQ(r.tool_calls.size(), 1u);
+  EXPECT_FALSE(r.content.has_value());
+  const std::string fenced_in_text = "Call it like this:\n```json\n{\"name\": \"get_time\", \"arguments\": {}}\n```";
+  r = extract_tool_calls(request, fenced_in_text, FinishReason::Stop);
+  EXPECT_TRUE(r.tool_calls.empty());
+  EXPECT_EQ(r.content, fenced_in_text);
   // Mistral.
   r = extract_tool_calls(request, R"([TOOL_CALLS] [{"name": "get_time", "arguments": {}}])", FinishReason::Stop);
   ASSERT_EQ(r.tool_calls.size(), 1u);
@@ -184,6 +192,42 @@ TEST(ToolReplies, AutoRecognisesGemmaToolCode) {
     EXPECT_TRUE(r.tool_calls.empty()) << text;
     EXPECT_EQ(r.content, text);
   }
+}
+
+// Calls read from unconstrained text are checked against their function's schema when the server
+// can check (arguments_match): one that does not match makes the reply content, as text that is
+// not a call is.
+TEST(ToolReplies, AutoCallsWhoseArgumentsDoNotMatchAreContent) {
+  StructuredRequest request = tools_request();
+  std::vector<std::string> checked;
+  request.arguments_match = [&](const ToolFunction& f, const std::string& arguments) {
+    checked.push_back(f.name + " " + arguments);
+    return json::parse(arguments).value("city", "") != "Atlantis";
+  };
+  for (const std::string city : {"Paris", "Atlantis"}) {
+    const bool valid = city != "Atlantis";
+    for (const std::string text : {"<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"" + city + "\"}}</tool_call>",
+                                   "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"" + city + "\"}}",
+                                   "```tool_code\nget_weather(city='" + city + "')\n```"}) {
+      checked.clear();
+      const ToolCallReply r = extract_tool_calls(request, text, FinishReason::Stop);
+      EXPECT_EQ(r.tool_calls.size(), valid ? 1u : 0u) << text;
+      EXPECT_EQ(r.finish_reason, valid ? "tool_calls" : "stop");
+      if (!valid) EXPECT_EQ(r.content, text);
+      ASSERT_EQ(checked.size(), 1u) << text;
+      EXPECT_EQ(checked[0], "get_weather {\"city\":\"" + city + "\"}");
+    }
+  }
+}
+
+TEST(ToolReplies, RequiredPropertiesAreCheckedInNestedObjects) {
+  const json schema = json::parse(R"({"type": "object", "required": ["a"], "properties": {
+      "a": {"type": "object", "required": ["b"], "properties": {"b": {"type": "integer"}}},
+      "list": {"type": "array", "items": {"type": "object", "required": ["id"]}}}})");
+  EXPECT_TRUE(required_present(schema, nlohmann::json::parse(R"({"a": {"b": 1}, "list": [{"id": 1}, {"id": 2, "x": 0}]})")));
+  EXPECT_FALSE(required_present(schema, nlohmann::json::parse(R"({"list": []})")));
+  EXPECT_FALSE(required_present(schema, nlohmann::json::parse(R"({"a": {}})")));
+  EXPECT_FALSE(required_present(schema, nlohmann::json::parse(R"({"a": {"b": 1}, "list": [{"id": 1}, {"x": 0}]})")));
 }
 
 }  // namespace

@@ -13,15 +13,14 @@ calls arrived (argument deltas per call).
 """
 import argparse
 import json
-import re
-import subprocess
 import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jsonschema
 import openai
+
+from serving_bench import Server  # starts `kestrel serve` on a free port, stops it
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,27 +83,6 @@ PROMPTS = [
 ]
 
 
-class Server:
-    def __init__(self, binary, model, threads):
-        args = [str(binary), "serve", str(model), "--host", "127.0.0.1", "--port", "0", "-t", str(threads)]
-        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
-        self.port = None
-        lines = []
-        for line in iter(self.proc.stderr.readline, ""):
-            lines.append(line)
-            m = re.search(r"on http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        if self.port is None:
-            raise RuntimeError("server did not start: " + "".join(lines))
-        threading.Thread(target=lambda: [None for _ in iter(self.proc.stderr.readline, "")], daemon=True).start()
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
-
-
 def ask(client, prompt, choice, seed, stream, max_tokens):
     kwargs = dict(model=client.served_model, messages=[{"role": "user", "content": prompt}], tools=TOOLS, tool_choice=choice,
                   temperature=1.0, seed=seed, max_tokens=max_tokens)
@@ -139,7 +117,7 @@ def main():
     args = ap.parse_args()
 
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
-    server = Server(args.kestrel, args.model, args.threads)
+    server = Server(args.kestrel, args.model, ["-t", str(args.threads)])
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", timeout=600)
         client.served_model = client.models.list().data[0].id

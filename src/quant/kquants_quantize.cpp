@@ -256,7 +256,8 @@ int neighbour_codes(float value, float unit, int lo, int hi, int codes[2]) {
 // The code c in [lo, hi] (one of the two around scale / d) whose grid step d * c gives sub-block x
 // the lower error; the levels (q + H) of that grid go to `levels`.
 template <int N, bool Weighted, int H>
-int best_symmetric_code(const float* x, float scale, float d, int lo, int hi, uint8_t* levels, const float* w) {
+int best_symmetric_code(const float* x, float scale, float d, int lo, int hi, uint8_t* levels, const float* w,
+                        float* error = nullptr) {
   int codes[2];
   const int n_codes = neighbour_codes(scale, d, lo, hi, codes);
   float best = INFINITY;
@@ -270,6 +271,7 @@ int best_symmetric_code(const float* x, float scale, float d, int lo, int hi, ui
       std::memcpy(levels, trial, N);
     }
   }
+  if (error != nullptr) *error = best;
   return chosen;
 }
 
@@ -439,7 +441,24 @@ void quantize_row_q3_K_impl(const float* src, void* dst, int64_t n, const float*
       scales[j] = search_symmetric<kSub, true, 4>(x + j * kSub, w + j * kSub);
       if (std::fabs(scales[j]) > std::fabs(extreme)) extreme = scales[j];
     }
-    block.d = float_to_fp16(extreme / -32.0f);
+    // The super-block scale: the largest sub-block scale at code -32, or a little further in (it
+    // then rounds to -32 or -31 while the others get finer codes): the candidate with the lowest
+    // weighted error of the whole super-block.
+    uint16_t best_d = float_to_fp16(extreme / -32.0f);
+    float best_error = INFINITY;
+    for (const float divisor : {32.0f, 31.75f, 31.5f, 31.25f, 31.0f, 30.5f, 30.0f}) {
+      const uint16_t d_bits = float_to_fp16(extreme / -divisor);
+      const float d_try = fp16_to_float(d_bits);
+      float total = 0.0f;
+      for (int j = 0; j < kQK_K / kSub && total < best_error; ++j) {
+        uint8_t trial[kSub];
+        float e = 0.0f;
+        (void)best_symmetric_code<kSub, true, 4>(x + j * kSub, scales[j], d_try, -32, 31, trial, w + j * kSub, &e);
+        total += e;
+      }
+      if (total < best_error) best_error = total, best_d = d_bits;
+    }
+    block.d = best_d;
     const float d = fp16_to_float(block.d);
 
     uint8_t levels[kQK_K];  // q + 4, in [0, 7]

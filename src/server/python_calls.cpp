@@ -44,6 +44,13 @@ class Reader {
     if (pos_ < s_.size() && s_[pos_] == c) return ++pos_, true;
     return false;
   }
+  // After an item of a bracketed list: a comma (consumed), or the closing bracket (left for the
+  // caller's eat, so a trailing comma is allowed).
+  bool next_item(char close) {
+    if (eat(',')) return true;
+    skip_space(true);
+    return pos_ < s_.size() && s_[pos_] == close;
+  }
   std::optional<std::string> identifier() {
     skip_space(true);
     const size_t start = pos_;
@@ -73,7 +80,7 @@ class Reader {
         if (keywords || !value(&v)) return false;  // positional after keyword: not Python
         c->positional.push_back(std::move(v));
       }
-      if (!eat(',') && !(skip_space(true), pos_ < s_.size() && s_[pos_] == ')')) return false;
+      if (!next_item(')')) return false;
     }
     return true;
   }
@@ -84,7 +91,7 @@ class Reader {
       json v;
       if (!value(&v)) return false;
       out->push_back(std::move(v));
-      if (!eat(',') && !(skip_space(true), pos_ < s_.size() && s_[pos_] == close)) return false;
+      if (!next_item(close)) return false;
     }
     return true;
   }
@@ -102,7 +109,7 @@ class Reader {
         json key, v;
         if (!value(&key) || !key.is_string() || !eat(':') || !value(&v)) return false;
         (*out)[key.get<std::string>()] = std::move(v);
-        if (!eat(',') && !(skip_space(true), pos_ < s_.size() && s_[pos_] == '}')) return false;
+        if (!next_item('}')) return false;
       }
       return true;
     }

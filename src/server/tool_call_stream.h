@@ -63,7 +63,6 @@ class ToolCallStream {
   bool parallel_;
   Mode mode_;
   std::string pending_;  // content held back: a possible "<tool_call>" start or trailing whitespace
-  bool content_started_ = false;
   size_t close_matched_ = 0;  // characters of "</tool_call>" seen
 
   // The JSON scanner: depth counts open objects and arrays; a call object sits at call_depth_.

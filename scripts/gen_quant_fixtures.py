@@ -4,11 +4,11 @@
 What it does:
   1. Writes synthetic Llama GGUF files (F32, random weights, rows of 256) with gguf-py: a 16-layer
      model with an output.weight and a 10-layer model with tied embeddings.
-  2. Quantizes each with llama.cpp's llama-quantize to Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M and Q6_K,
+  2. Quantizes each with llama.cpp's llama-quantize to Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K and Q2_K,
      and records every tensor's shape and the type llama.cpp chose -> recipe_types.txt.
-  3. Takes 8 blocks of a Q3_K, a Q4_K, a Q5_K and a Q6_K tensor that llama.cpp wrote and records
-     their raw bytes, gguf-py's dequantization of them and the F32 values they were quantized from
-     -> q3_k.bin, q4_k.bin, q5_k.bin, q6_k.bin (format below).
+  3. Takes 8 blocks of a Q2_K, a Q3_K, a Q4_K, a Q5_K and a Q6_K tensor that llama.cpp wrote and
+     records their raw bytes, gguf-py's dequantization of them and the F32 values they were
+     quantized from -> q2_k.bin, q3_k.bin, q4_k.bin, q5_k.bin, q6_k.bin (format below).
   4. The same for GGML's 32-blocks Q4_1, Q5_0 and Q5_1 (llama-quantize with those ftypes)
      -> q4_1.bin, q5_0.bin, q5_1.bin.
 
@@ -39,7 +39,7 @@ import gguf
 N_EMBD = 256
 N_FF = 256
 N_VOCAB = 256
-FTYPES = ["Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K"]
+FTYPES = ["Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "Q2_K"]
 LEGACY_FTYPES = ["Q4_1", "Q5_0", "Q5_1"]
 FIXTURE_BLOCKS = 8
 
@@ -161,6 +161,9 @@ def make_fixtures(binary, out_dir):
                                         "output.weight", tensors["output.weight"])
                 if model_name == "llama16" and ftype == "Q3_K_S":
                     write_block_fixture(os.path.join(out_dir, "q3_k.bin"), reader,
+                                        "blk.1.attn_q.weight", tensors["blk.1.attn_q.weight"])
+                if model_name == "llama16" and ftype == "Q2_K":
+                    write_block_fixture(os.path.join(out_dir, "q2_k.bin"), reader,
                                         "blk.1.attn_q.weight", tensors["blk.1.attn_q.weight"])
                 if model_name == "llama16" and ftype == "Q5_K_M":
                     write_block_fixture(os.path.join(out_dir, "q5_k.bin"), reader,

@@ -1,8 +1,9 @@
-// kestrel quantize IN OUT TYPE [--method rtn|imatrix|gptq|awq] [--calib TEXT] [--imatrix FILE]:
+// kestrel quantize IN OUT TYPE [--method rtn|imatrix|gptq|awq|smoothquant] [--calib TEXT] [--imatrix FILE]:
 // re-encode a GGUF model's weights (convert/requantize.h), by round-to-nearest, minimising the
 // importance-weighted error (an imatrix file, or one computed from --calib), or by GPTQ over
 // --calib (engine/gptq_calibration.h) for Kestrel's INT4 per-group formats and Q4_K, or by AWQ
-// over --calib (engine/awq_calibration.h) for any type.
+// over --calib (engine/awq_calibration.h) for any type, or by SmoothQuant's scales in the same pass
+// (meant for W8A8).
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -40,6 +41,7 @@ struct QuantizeOptions {
   bool no_act_order = false;
   bool no_clip = false;
   double damp = 0.01;
+  double alpha = -1.0;  // smoothquant: migration strength; < 0: searched per input group
   std::string output_type, embedding_type;
 };
 
@@ -155,7 +157,10 @@ std::map<std::string, EncodedTensor> gptq_tensors(const std::string& input, cons
 
 // AWQ's encodings of every layer matrix, with the norms and biases its scales changed; with
 // for_gptq, scales only (no clipping) and the matrices in F32, for GPTQ to round.
-std::map<std::string, EncodedTensor> awq_tensors(const QuantizeOptions& o, const QuantRecipe& recipe, bool for_gptq) {
+// smooth: SmoothQuant's scales (--alpha, or its strength searched per group) instead of AWQ's
+// search, no clipping.
+std::map<std::string, EncodedTensor> awq_tensors(const QuantizeOptions& o, const QuantRecipe& recipe, bool for_gptq,
+                                                 bool smooth = false) {
   const auto model = Model::load(o.input);
   std::map<std::string, DType> targets;
   const std::vector<QuantChoice> plan = requantize_plan(model->file(), recipe);
@@ -173,17 +178,39 @@ std::map<std::string, EncodedTensor> awq_tensors(const QuantizeOptions& o, const
   const std::vector<TokenId> tokens = calibration_tokens(*tokenizer, o);
   AwqCalibrationOptions options;
   options.pass = calibration_pass(*tokenizer, o);
-  options.awq.clip = !o.no_clip && !for_gptq;
+  options.awq.clip = !o.no_clip && !for_gptq && !smooth;
+  const std::vector<double> alphas{0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9};
+  if (smooth && o.alpha >= 0.0) options.awq.smooth_alpha = o.alpha;
+  if (smooth && o.alpha < 0.0) options.awq.smooth_alphas = alphas, options.search_tokens = 1024;
   if (for_gptq) options.store_type = DType::F32;
+  if (smooth) {
+    fmt::print(stderr, "smoothquant: {} layers over {} chunks of {} tokens of {} ({})\n", model->config().n_layer,
+               o.calib_chunks, o.calib_ctx, o.calib,
+               o.alpha >= 0.0 ? fmt::format("alpha {}", o.alpha)
+                              : fmt::format("alpha searched per input group among 0.3 ... 0.9 on {} tokens",
+                                            options.search_tokens));
+  } else {
   fmt::print(stderr, "awq: {} layers over {} chunks of {} tokens of {} (scales searched on {} tokens, {} ratios{})\n",
              model->config().n_layer, o.calib_chunks, o.calib_ctx, o.calib, options.search_tokens,
              options.awq.n_grid, options.awq.clip ? ", then clipping" : "");
+  }
   const auto start = std::chrono::steady_clock::now();
-  ProgressBar progress("awq", model->config().n_layer * 4);
+  ProgressBar progress(smooth ? "smoothquant" : "awq", model->config().n_layer * 4);
   int64_t done = 0, scaled = 0;
   double loss = 0.0, loss_base = 0.0;
   auto encoded = awq_quantize_model(*model, tokens, targets, options, [&](const AwqGroupReport& r) {
+    if (smooth && o.alpha >= 0.0) {
+      progress.update(++done);
+      return;
+    }
     progress.clear();
+    if (smooth) {
+      fmt::print(stderr, "smoothquant: blk.{:<3} {:<12} {}  output error vs unsmoothed {:.3f}  {:.1f} s\n", r.layer,
+                 r.group, r.grid >= 0 ? fmt::format("alpha {:.1f}", alphas[size_t(r.grid)]) : std::string("unscaled "),
+                 r.loss_unscaled > 0 ? r.loss / r.loss_unscaled : 0.0, r.seconds);
+      progress.update(++done);
+      return;
+    }
     const double ratio = r.loss_unscaled > 0 ? r.loss / r.loss_unscaled : 0.0;
     fmt::print(stderr, "awq: blk.{:<3} {:<12} {}  output error vs RTN {:.3f}{}  {:.1f} s\n", r.layer, r.group,
                r.grid >= 0 ? fmt::format("ratio {:.2f}", double(r.grid) / r.n_grid) : std::string("unscaled  "),
@@ -195,6 +222,11 @@ std::map<std::string, EncodedTensor> awq_tensors(const QuantizeOptions& o, const
     progress.update(++done);
   });
   progress.finish();
+  if (smooth) {
+    fmt::print(stderr, "smoothquant: {} input groups scaled in {:.1f} s\n", done,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return encoded;
+  }
   fmt::print(stderr, "awq: {} input groups in {:.1f} s, {} scaled; summed output error before clipping {:.4g}, plain "
              "rounding's {:.4g} (ratio {:.3f})\n", done,
              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), scaled, loss, loss_base,
@@ -208,6 +240,9 @@ void quantize(const QuantizeOptions& o) {
   if (!o.output_type.empty()) recipe->output_type = tensor_type(o.output_type, "--output-tensor-type");
   if (!o.embedding_type.empty()) recipe->embedding_type = tensor_type(o.embedding_type, "--token-embedding-type");
   const std::string method = !o.method.empty() ? o.method : (!o.imatrix.empty() || !o.calib.empty()) ? "imatrix" : "rtn";
+  if (recipe->mix == QuantMix::Q2_K_S && method == "rtn") {
+    fail("Q2_K_S needs an importance matrix (--imatrix FILE or --calib TEXT), as llama-quantize requires one for it");
+  }
   if (method == "rtn" && (!o.imatrix.empty() || !o.calib.empty())) {
     fail("--method rtn takes neither --imatrix nor --calib");
   }
@@ -225,10 +260,11 @@ void quantize(const QuantizeOptions& o) {
   } else if (method == "imatrix") {
     imatrix = imatrix_from_calibration(o);
   }
-  if ((method == "awq" || method == "awq-gptq") && (o.calib.empty() || !o.imatrix.empty())) {
+  if ((method == "awq" || method == "awq-gptq" || method == "smoothquant") && (o.calib.empty() || !o.imatrix.empty())) {
     fail("--method {} needs a calibration text (--calib TEXT) and takes no --imatrix (it measures its own)", method);
   }
   if (o.no_clip && method != "awq") fail("--no-clip is an AWQ option (--method awq)");
+  if (o.alpha >= 0.0 && method != "smoothquant") fail("--alpha is a SmoothQuant option (--method smoothquant)");
   std::map<std::string, EncodedTensor> encoded;
   std::string input = o.input;
   // awq-gptq: the AWQ-scaled float model goes to a temporary file, which GPTQ then rounds.
@@ -239,6 +275,7 @@ void quantize(const QuantizeOptions& o) {
     }
   } scaled_model;
   if (method == "awq") encoded = awq_tensors(o, *recipe, false);
+  if (method == "smoothquant") encoded = awq_tensors(o, *recipe, false, true);
   if (method == "awq-gptq") {
     const auto scaled = awq_tensors(o, *recipe, true);
     scaled_model.path = input = o.output + ".awq-scaled.tmp";
@@ -281,7 +318,8 @@ void quantize(const QuantizeOptions& o) {
                no_entry.empty() ? "" : "; without (no imatrix entry): ", no_entry);
   }
   if (method != "rtn" && method != "imatrix") {
-    fmt::print(stderr, "{}: {} tensors written from {}\n", method, calibrated, method == "awq" ? "AWQ" : "GPTQ");
+    fmt::print(stderr, "{}: {} tensors written from {}\n", method, calibrated,
+               method == "awq" ? "AWQ" : method == "smoothquant" ? "SmoothQuant" : "GPTQ");
   }
   fmt::print(stderr, "wrote {} ({}, {}; {} tensors fell back to a higher-precision type)\n", o.output,
              recipe->name, method, fallbacks);
@@ -295,23 +333,23 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("input", options->input, "input GGUF")->required();
   cmd->add_option("output", options->output, "output GGUF")->required();
   cmd->add_option("type", options->type,
-                  "one type for every matrix (F32, F16, BF16, Q8_0, Q4_0, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, "
+                  "one type for every matrix (F32, F16, BF16, Q8_0, Q4_0, Q2_K_PURE, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, "
                   "TQ1_0, TQ2_0, MXFP4, INT8_PC, "
                   "INT4_SYM_G32/G64/G128, INT4_ASYM_G32/G64/G128, FP8_E4M3_PC) or a llama.cpp "
-                  "mixture (Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M). Note: llama-quantize's Q4_K means "
-                  "Q4_K_M; here Q4_K is Q4_K for every matrix")
+                  "mixture (Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M). Note: llama-quantize's Q4_K "
+                  "means Q4_K_M; here Q4_K is Q4_K for every matrix (Q2_K, as in llama-quantize, is the mixture)")
       ->required();
   cmd->add_option("-t,--threads", options->threads, "threads (default: the available CPUs)")
       ->check(int_range(1, 1024));
   cmd->add_option("--output-tensor-type", options->output_type, "type of output.weight (as llama-quantize)");
   cmd->add_option("--token-embedding-type", options->embedding_type, "type of token_embd.weight (as llama-quantize)");
   cmd->add_option("--method", options->method,
-                  "rtn (round to nearest), imatrix (importance-weighted error: Q4_K, Q5_K, Q6_K, Q5_0, IQ4_NL, IQ4_XS, IQ3_XXS, "
+                  "rtn (round to nearest), imatrix (importance-weighted error: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q5_0, IQ4_NL, IQ4_XS, IQ3_XXS, "
                   "IQ3_S) or gptq "
                   "(Q4_K, INT4_SYM_G*/INT4_ASYM_G*, needs --calib) or awq (activation-aware scales and clipping, any "
-                  "type, needs --calib); default: imatrix with --imatrix or --calib, "
-                  "else rtn")
-      ->check(CLI::IsMember({"rtn", "imatrix", "gptq", "awq", "awq-gptq"}));
+                  "type, needs --calib) or smoothquant (activation outliers moved into the weights, for W8A8; "
+                  "needs --calib); default: imatrix with --imatrix or --calib, else rtn")
+      ->check(CLI::IsMember({"rtn", "imatrix", "gptq", "awq", "awq-gptq", "smoothquant"}));
   cmd->add_option("--imatrix", options->imatrix,
                   "importance matrix (kestrel imatrix or llama-imatrix, GGUF or legacy .dat)")
       ->check(existing_file());
@@ -324,6 +362,7 @@ void register_quantize(CLI::App& app) {
   cmd->add_flag("--no-act-order", options->no_act_order,
                 "gptq: quantize columns in order (default: by decreasing activation, with static groups)");
   cmd->add_flag("--no-clip", options->no_clip, "awq: scales only, no clipping search");
+  cmd->add_option("--alpha", options->alpha, "smoothquant: migration strength (default: searched per input group among 0.3 ... 0.9)")->check(number_range(0.0, 1.0));
   cmd->add_option("--damp", options->damp, "gptq: dampening, as a fraction of the Hessian's mean diagonal (default 0.01)")
       ->check(number_range(1e-6, 10.0));
   cmd->callback([options] { quantize(*options); });

@@ -54,6 +54,48 @@ double layer_error(const AwqLinear& linear, const AwqInput& in, std::span<const 
   return sum;
 }
 
+// || Qa(X diag(1/s)) Qw(W diag(s))^T - X W^T ||^2 of one layer: both operands quantized as its
+// kernels see them (the activation format's quantizer on each scaled token row).
+double quantized_output_error(const AwqLinear& linear, const AwqInput& in, std::span<const float> scales,
+                              ThreadPool& pool) {
+  const quant::WeightFormat& f = quant::require_format(linear.type);
+  const quant::WeightFormat& fa = quant::require_format(f.activation_type);
+  const int64_t cols = in.cols, rows = linear.rows;
+  RowMajorF xq(in.n, cols);
+  pool.parallel_for(in.n, [&](int64_t t0, int64_t t1) {
+    std::vector<float> scaled(static_cast<size_t>(cols));
+    std::vector<uint8_t> bytes(static_cast<size_t>(quant::row_bytes(fa, cols)));
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t c = 0; c < cols; ++c) scaled[size_t(c)] = in.x[t * cols + c] / scales[size_t(c)];
+      fa.quantize_row(scaled.data(), bytes.data(), cols);
+      fa.dequantize_row(bytes.data(), &xq(t, 0), cols);
+    }
+  });
+  const Eigen::Map<const RowMajorF> x(in.x, in.n, cols);
+  const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+  std::vector<double> chunk_error(static_cast<size_t>(chunks), 0.0);
+  pool.parallel_for(chunks, [&](int64_t c0, int64_t c1) {
+    std::vector<float> scaled(static_cast<size_t>(cols));
+    std::vector<uint8_t> bytes(static_cast<size_t>(quant::row_bytes(f, cols)));
+    RowMajorF wq(kRowsPerChunk, cols);
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t r0 = c * kRowsPerChunk, m = std::min(kRowsPerChunk, rows - r0);
+      for (int64_t i = 0; i < m; ++i) {
+        const float* w = linear.w + (r0 + i) * cols;
+        for (int64_t k = 0; k < cols; ++k) scaled[size_t(k)] = w[k] * scales[size_t(k)];
+        quant::quantize_row_with_importance(f, scaled.data(), bytes.data(), cols, nullptr);
+        f.dequantize_row(bytes.data(), &wq(i, 0), cols);
+      }
+      const Eigen::Map<const RowMajorF> w(linear.w + r0 * cols, m, cols);
+      const RowMajorF e = xq * wq.topRows(m).transpose() - x * w.transpose();
+      chunk_error[size_t(c)] = e.cast<double>().squaredNorm();
+    }
+  });
+  double sum = 0.0;
+  for (double e : chunk_error) sum += e;
+  return sum;
+}
+
 double group_error(std::span<const AwqLinear> linears, const AwqInput& in, std::span<const float> scales,
                    ThreadPool& pool) {
   std::vector<float> importance;
@@ -156,6 +198,50 @@ AwqScaleResult awq_search_scales(std::span<const AwqLinear> linears, const AwqIn
     if (loss < result.loss || o.fixed_grid >= 0) {
       result.loss = loss;
       result.grid = grid;
+      result.scales = std::move(scales);
+    }
+  }
+  return result;
+}
+
+std::vector<float> smoothquant_scales(std::span<const AwqLinear> linears, std::span<const float> x_abs_max,
+                                      const AwqTying& tying, double alpha) {
+  const int64_t cols = int64_t(x_abs_max.size());
+  if (!(alpha >= 0.0 && alpha <= 1.0)) fail("SmoothQuant: the migration strength must be in [0, 1], not {}", alpha);
+  std::vector<double> w_max(size_t(cols), 0.0), x_max(static_cast<size_t>(cols));
+  for (const AwqLinear& l : linears) {
+    for (int64_t r = 0; r < l.rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) w_max[size_t(c)] = std::max(w_max[size_t(c)], double(std::fabs(l.w[r * cols + c])));
+    }
+  }
+  for (int64_t c = 0; c < cols; ++c) x_max[size_t(c)] = double(x_abs_max[size_t(c)]);
+  const std::vector<double> x_tied = tie_heads(x_max, tying), w_tied = tie_heads(w_max, tying);
+  std::vector<double> s(x_tied.size(), 1.0);
+  for (size_t c = 0; c < s.size(); ++c) {
+    if (x_tied[c] > 0.0 && w_tied[c] > 0.0) s[c] = std::max(std::pow(x_tied[c], alpha) / std::pow(w_tied[c], 1.0 - alpha), 1e-5);
+  }
+  return untie_heads(s, tying, cols);
+}
+
+AwqScaleResult smoothquant_search(std::span<const AwqLinear> linears, const AwqInput& in, const AwqTying& tying,
+                                  std::span<const double> alphas, ThreadPool& pool) {
+  if (linears.empty() || in.n < 1 || int64_t(in.abs_max.size()) != in.cols) {
+    fail("internal: the SmoothQuant search needs layers, tokens and each channel's max |x| ({} channels)", in.cols);
+  }
+  const auto error = [&](std::span<const float> scales) {
+    double sum = 0.0;
+    for (const AwqLinear& l : linears) sum += quantized_output_error(l, in, scales, pool);
+    return sum;
+  };
+  AwqScaleResult result;
+  result.scales.assign(size_t(in.cols), 1.0f);
+  result.loss_unscaled = result.loss = error(result.scales);
+  for (size_t i = 0; i < alphas.size(); ++i) {
+    std::vector<float> scales = smoothquant_scales(linears, in.abs_max, tying, alphas[i]);
+    const double loss = error(scales);
+    if (loss < result.loss) {
+      result.loss = loss;
+      result.grid = int(i);
       result.scales = std::move(scales);
     }
   }

@@ -42,6 +42,11 @@ struct AwqOptions {
   bool clip = true;          // the clipping search (formats that allow it)
   double max_shrink = 0.5;   // clamps down to max|w| x (1 - max_shrink)
   int fixed_grid = -1;       // >= 0: no search, ratio fixed_grid / n_grid (tests of the folding)
+  // >= 0: SmoothQuant's scales with this migration strength (smoothquant_scales) instead of the
+  // search; no clipping.
+  double smooth_alpha = -1.0;
+  // Not empty: SmoothQuant with the strength searched among these (smoothquant_search).
+  std::vector<double> smooth_alphas;
 };
 
 // A linear layer reading the group's input: float weights [rows][cols] (scaled and clipped in
@@ -59,6 +64,7 @@ struct AwqInput {
   int64_t n = 0;
   std::span<const float> abs_mean;   // [cols] mean |x_c| over every calibration token
   std::span<const float> sq_mean;    // [cols] mean x_c^2 (the imatrix); empty: quantize unweighted
+  std::span<const float> abs_max;    // [cols] max |x_c| over every calibration token (SmoothQuant)
 };
 
 // Channel c = h * head_dim + d of query head h shares its scale with the other query heads of h's
@@ -78,6 +84,23 @@ struct AwqScaleResult {
 // type's rows must divide into its blocks). Leaves the weights unchanged.
 AwqScaleResult awq_search_scales(std::span<const AwqLinear> linears, const AwqInput& input,
                                  const AwqTying& tying, const AwqOptions& options, ThreadPool& pool);
+
+// SmoothQuant (Xiao et al., 2023, "SmoothQuant: Accurate and Efficient Post-Training Quantization
+// for Large Language Models"): s_c = max|x_c|^alpha / max|w_c|^(1 - alpha), max|w_c| over every row
+// of every layer reading the input, so the activation outliers of channel c move into its weights
+// and a per-token int8 quantization of x / s (W8A8) loses less. Folded as AWQ's scales are; heads
+// tied as there (the tied heads' maxima averaged). s = 1 where a channel's x or w is all zero.
+std::vector<float> smoothquant_scales(std::span<const AwqLinear> linears, std::span<const float> x_abs_max,
+                                      const AwqTying& tying, double alpha);
+
+// SmoothQuant with the migration strength chosen per input group: for each alpha, the group's
+// output error as the layers compute it after quantization, weights in their types and the
+// scaled input x / s quantized as the layers' kernels quantize activations (W8A8: per token to
+// int8), sum over layers || Qa(X diag(1/s)) Qw(W diag(s))^T - X W^T ||^2 on the input's sample
+// tokens; the lowest wins, s = 1 (no smoothing, grid -1) included. `grid` is the chosen alpha's
+// index, `loss_unscaled` the error with s = 1.
+AwqScaleResult smoothquant_search(std::span<const AwqLinear> linears, const AwqInput& input, const AwqTying& tying,
+                                  std::span<const double> alphas, ThreadPool& pool);
 
 // W := W diag(scales) for each layer.
 void awq_scale_columns(std::span<const AwqLinear> linears, int64_t cols, std::span<const float> scales,

@@ -242,7 +242,7 @@ GenModelStats generate_model(const GenModelOptions& o,
   // factors stay F32).
   std::vector<QuantTensorInfo> infos;
   for (const TensorPlan& t : plan) infos.push_back({t.name, t.dims, DType::F32});
-  const std::vector<QuantChoice> choices = plan_quantization(*recipe, infos, p.n_layer);
+  const std::vector<QuantChoice> choices = plan_quantization(*recipe, infos, p.n_layer, p.n_head / std::max<int64_t>(1, p.n_head_kv));
   for (size_t index = 0; index < plan.size(); ++index) {
     const TensorPlan& t = plan[index];
     const DType type = choices[index].type;

@@ -17,6 +17,7 @@ constexpr QuantRecipe kRecipes[] = {
     {"BF16", DType::BF16, QuantMix::Pure, 32},
     {"Q8_0", DType::Q8_0, QuantMix::Pure, 7},
     {"Q4_0", DType::Q4_0, QuantMix::Pure, 2},
+    {"Q2_K_PURE", DType::Q2_K, QuantMix::Pure, 10},
     {"Q3_K", DType::Q3_K, QuantMix::Pure, 12},
     {"Q4_K", DType::Q4_K, QuantMix::Pure, 15},
     {"Q5_K", DType::Q5_K, QuantMix::Pure, 17},
@@ -28,6 +29,8 @@ constexpr QuantRecipe kRecipes[] = {
     {"MXFP4", DType::MXFP4, QuantMix::Pure, 38},  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE, as after --pure
     {"IQ3_XXS", DType::IQ3_XXS, QuantMix::Pure, 23},
     {"IQ3_S", DType::IQ3_S, QuantMix::Pure, 26},
+    {"Q2_K", DType::Q2_K, QuantMix::Q2_K, 10},
+    {"Q2_K_S", DType::Q2_K, QuantMix::Q2_K_S, 21},
     {"Q3_K_S", DType::Q3_K, QuantMix::Q3_K_S, 11},
     {"Q3_K_M", DType::Q3_K, QuantMix::Q3_K_M, 12},
     {"Q3_K_L", DType::Q3_K, QuantMix::Q3_K_L, 13},
@@ -43,6 +46,7 @@ constexpr QuantRecipe kRecipes[] = {
     {"INT4_ASYM_G64", DType::INT4_ASYM_G64, QuantMix::Pure, uint32_t(DType::INT4_ASYM_G64)},
     {"INT4_ASYM_G128", DType::INT4_ASYM_G128, QuantMix::Pure, uint32_t(DType::INT4_ASYM_G128)},
     {"FP8_E4M3_PC", DType::FP8_E4M3_PC, QuantMix::Pure, uint32_t(DType::FP8_E4M3_PC)},
+    {"W8A8", DType::W8A8, QuantMix::Pure, uint32_t(DType::W8A8)},
 };
 
 // llama.cpp's tensor categories, tested in its order (names are matched by substring).
@@ -138,7 +142,7 @@ DType quant_type_that_fits(DType wanted, int64_t row_length) {
   for (DType type = wanted;; type = smaller_int4_group(type)) {
     if (row_length % dtype_layout(type).block_size == 0) return type;
     // llama.cpp's tensor_type_fallback: each k-quant to the 32-block type of about its precision.
-    const DType smaller = type == DType::Q3_K ? DType::Q4_0 : type == DType::Q4_K ? DType::Q5_0
+    const DType smaller = type == DType::Q3_K || type == DType::Q2_K ? DType::Q4_0 : type == DType::Q4_K ? DType::Q5_0
                         : type == DType::Q5_K ? DType::Q5_1 : type == DType::Q6_K ? DType::Q8_0
                         : type == DType::IQ4_XS || type == DType::IQ3_XXS || type == DType::IQ3_S ? DType::IQ4_NL
                         : type == DType::TQ1_0 || type == DType::TQ2_0 ? DType::Q4_0 : DType::F16;
@@ -148,7 +152,7 @@ DType quant_type_that_fits(DType wanted, int64_t row_length) {
 
 std::vector<QuantChoice> plan_quantization(const QuantRecipe& recipe,
                                            std::span<const QuantTensorInfo> tensors,
-                                           int64_t n_layer) {
+                                           int64_t n_layer, int64_t n_gqa) {
   const bool tied_embeddings = std::none_of(tensors.begin(), tensors.end(), [](const auto& t) {
     return t.name == "output.weight";
   });
@@ -183,7 +187,11 @@ std::vector<QuantChoice> plan_quantization(const QuantRecipe& recipe,
       if (category == Category::Output || (tied_embeddings && category == Category::TokenEmbd)) {
         wanted = t.dims[0] % 256 != 0 ? DType::Q8_0 : DType::Q6_K;
       } else if (category == Category::AttnV) {
-        if (mix == QuantMix::Q3_K_M) {
+        if (mix == QuantMix::Q2_K) {
+          wanted = n_gqa >= 4 ? DType::Q4_K : DType::Q3_K;
+        } else if (mix == QuantMix::Q2_K_S && n_gqa >= 4) {
+          wanted = DType::Q4_K;
+        } else if (mix == QuantMix::Q3_K_M) {
           wanted = i_attn_v < 2 ? DType::Q5_K : DType::Q4_K;
         } else if (mix == QuantMix::Q3_K_L) {
           wanted = DType::Q5_K;
@@ -194,10 +202,15 @@ std::vector<QuantChoice> plan_quantization(const QuantRecipe& recipe,
         }
         ++i_attn_v;
       } else if (category == Category::AttnOutput) {
+        if (mix == QuantMix::Q2_K) wanted = DType::Q3_K;
         if (mix == QuantMix::Q3_K_M) wanted = DType::Q4_K;
         if (mix == QuantMix::Q3_K_L) wanted = DType::Q5_K;
       } else if (category == Category::FfnDown) {
-        if (mix == QuantMix::Q3_K_M) {
+        if (mix == QuantMix::Q2_K) {
+          wanted = DType::Q3_K;
+        } else if (mix == QuantMix::Q2_K_S) {
+          if (i_ffn_down < n_layer / 8) wanted = DType::Q4_K;
+        } else if (mix == QuantMix::Q3_K_M) {
           wanted = i_ffn_down < n_layer / 16 ? DType::Q5_K : DType::Q4_K;
         } else if (mix == QuantMix::Q3_K_L) {
           wanted = DType::Q5_K;

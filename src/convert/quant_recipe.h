@@ -13,6 +13,11 @@
 //     and Q5_K under Q4_K_S when i < 4. ffn_down tensors likewise, with n = the model's
 //     block_count: Q6_K under Q4_K_M / Q5_K_M when use_more_bits(i, n), Q5_K under Q4_K_S when
 //     i < n/8. Every other matrix takes the mixture's base type.
+//   - Q3_K_M: attn_v Q5_K for the first two then Q4_K, ffn_down Q5_K for i < n/16 then Q4_K,
+//     attn_output Q4_K; Q3_K_L: those three Q5_K. Q2_K: attn_v Q4_K when n_gqa >= 4 else Q3_K,
+//     ffn_down and attn_output Q3_K; Q2_K_S (llama.cpp requires an importance matrix for it):
+//     attn_v Q4_K when n_gqa >= 4, ffn_down Q4_K for i < n/8, the rest Q2_K. "Q2_K_PURE" is Q2_K
+//     for every matrix (llama-quantize --pure Q2_K; file type 10).
 //   - Not modelled: llama.cpp's special cases for Falcon, 70B models (attn_v to Q5_K) and
 //     mixtures of experts (n_expert == 8); imatrix-driven choices; --pure / --tensor-type flags;
 //     the IQ4_NL / IQ4_XS file types' own choices (output.weight Q6_K, attn_v Q5_K when n_gqa >=
@@ -20,7 +25,7 @@
 //     "IQ3_XXS" and "IQ3_S" here are pure, as after llama-quantize --pure.
 //   - embedding_type / output_type, when set, override all of the above for those two tensors.
 //   - A tensor whose rows do not divide into the chosen type's blocks falls back as llama.cpp's
-//     tensor_type_fallback does: Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, IQ4_XS / IQ3_XXS /
+//     tensor_type_fallback does: Q2_K and Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, IQ4_XS / IQ3_XXS /
 //     IQ3_S to IQ4_NL, TQ1_0 and TQ2_0 to Q4_0 when rows are a multiple of 32, else F16; INT4 group types to the same kind with a smaller group that fits, else
 //     F16; every other type to F16.
 #pragma once
@@ -36,7 +41,7 @@
 
 namespace kestrel {
 
-enum class QuantMix { Pure, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M };
+enum class QuantMix { Pure, Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M };
 
 struct QuantRecipe {
   std::string_view name;  // as typed on the command line, e.g. "Q4_K_M"
@@ -72,10 +77,11 @@ struct QuantChoice {
   bool fallback() const { return type != wanted; }
 };
 
-// One choice per tensor, in the order given. n_layer is the model's block_count.
+// One choice per tensor, in the order given. n_layer is the model's block_count, n_gqa its query
+// heads per KV head (llama.cpp's n_gqa(); the Q2_K mixtures give attn_v more bits when >= 4).
 std::vector<QuantChoice> plan_quantization(const QuantRecipe& recipe,
                                            std::span<const QuantTensorInfo> tensors,
-                                           int64_t n_layer);
+                                           int64_t n_layer, int64_t n_gqa = 1);
 
 // `wanted` if rows of `row_length` divide into its blocks, else the fallback described above.
 DType quant_type_that_fits(DType wanted, int64_t row_length);

@@ -29,6 +29,15 @@ int64_t layer_count(const gguf::GgufFile& file) {
   return layers;
 }
 
+// Query heads per KV head ({arch}.attention.head_count / head_count_kv), 1 when either is absent.
+int64_t gqa_ratio(const gguf::GgufFile& file) {
+  const auto arch = file.get_string("general.architecture");
+  if (!arch) return 1;
+  const auto heads = file.get_uint(*arch + ".attention.head_count");
+  const auto kv_heads = file.get_uint(*arch + ".attention.head_count_kv");
+  return heads && kv_heads && *kv_heads > 0 ? int64_t(*heads / *kv_heads) : 1;
+}
+
 // importance: null, or the entry whose column means weight each matrix's rows (one matrix per
 // slice of rows for a 3-D MoE tensor).
 std::vector<uint8_t> reencode(ThreadPool& pool, const gguf::TensorInfo& t, const quant::WeightFormat& from,
@@ -71,7 +80,7 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
 std::vector<QuantChoice> requantize_plan(const gguf::GgufFile& input, const QuantRecipe& recipe) {
   std::vector<QuantTensorInfo> infos;
   for (const gguf::TensorInfo& t : input.tensors()) infos.push_back({t.name, t.dims, t.type});
-  return plan_quantization(recipe, infos, layer_count(input));
+  return plan_quantization(recipe, infos, layer_count(input), gqa_ratio(input));
 }
 
 void requantize_gguf(const std::string& input_path, const std::string& output_path,

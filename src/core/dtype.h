@@ -61,6 +61,10 @@ enum class DType : uint32_t {
   // FP8 E4M3 (OCP: bias 7, no infinities, max 448) per output channel: each row is one F32 scale,
   // then k E4M3 bytes; x = scale * e4m3(q).
   FP8_E4M3_PC = 1007,
+  // W8A8: INT8_PC's layout (an F32 scale per row, then k int8 values), computed against activations
+  // quantized per token to int8 (one scale per token row, INT8_PC's layout again), so a row's dot is
+  // one integer sum and one float product; SmoothQuant's target format.
+  W8A8 = 1008,
 };
 
 // Storage layout of a type: a row of n elements is `row_header_bytes` (per-row data such as a

@@ -46,7 +46,8 @@ class AwqLayerScaler : public ActivationObserver {
     }
 
     // Per-channel statistics over every token, and the evenly spaced tokens the search runs on.
-    std::vector<float> abs_mean(static_cast<size_t>(cols)), sq_mean(static_cast<size_t>(cols));
+    std::vector<float> abs_mean(static_cast<size_t>(cols)), sq_mean(static_cast<size_t>(cols)),
+        abs_max(static_cast<size_t>(cols), 0.0f);
     pool_.parallel_for(cols, [&](int64_t c0, int64_t c1) {
       std::vector<double> a(size_t(c1 - c0), 0.0), q(size_t(c1 - c0), 0.0);
       for (int64_t t = 0; t < n; ++t) {
@@ -54,6 +55,7 @@ class AwqLayerScaler : public ActivationObserver {
         for (int64_t c = c0; c < c1; ++c) {
           a[size_t(c - c0)] += std::fabs(double(row[c]));
           q[size_t(c - c0)] += double(row[c]) * double(row[c]);
+          abs_max[size_t(c)] = std::max(abs_max[size_t(c)], std::fabs(row[c]));
         }
       }
       for (int64_t c = c0; c < c1; ++c) {
@@ -77,8 +79,15 @@ class AwqLayerScaler : public ActivationObserver {
     const ModelConfig& c = model_.config();
     calib::AwqTying tying;
     if (kind == LinearKind::AttnOutput) tying = {c.n_head, c.n_head_kv, c.head_dim};
-    const calib::AwqInput input{cols, sample.data(), m, abs_mean, sq_mean};
-    const calib::AwqScaleResult scaled = calib::awq_search_scales(linears, input, tying, options_.awq, pool_);
+    const calib::AwqInput input{cols, sample.data(), m, abs_mean, sq_mean, abs_max};
+    calib::AwqScaleResult scaled;
+    if (options_.awq.smooth_alpha >= 0.0) {
+      scaled.scales = calib::smoothquant_scales(linears, abs_max, tying, options_.awq.smooth_alpha);
+    } else if (!options_.awq.smooth_alphas.empty()) {
+      scaled = calib::smoothquant_search(linears, input, tying, options_.awq.smooth_alphas, pool_);
+    } else {
+      scaled = calib::awq_search_scales(linears, input, tying, options_.awq, pool_);
+    }
     const std::vector<float>& s = scaled.scales;
     calib::awq_scale_columns(linears, cols, s, pool_);
     std::vector<float> importance(static_cast<size_t>(cols));

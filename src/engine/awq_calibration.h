@@ -9,7 +9,9 @@
 //   down       folded into up's rows (down's input is act(gate) * up)
 // Then every matrix of the layer is encoded in the type the recipe gives it (with the imatrix of
 // its scaled input, E[x^2] / s^2, for types that weigh error), and the changed norms and biases as
-// F32. Everything else (embedding, output head) is left to the recipe.
+// F32. Everything else (embedding, output head) is left to the recipe. With awq.smooth_alpha >= 0
+// the scales are SmoothQuant's (calib::smoothquant_scales, from each channel's max |x| over the
+// pass) and nothing is clipped.
 #pragma once
 
 #include <cstdint>

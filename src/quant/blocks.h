@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace kestrel::quant {
 
@@ -93,6 +94,23 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == 210);
 
+// Q2_K: 16 sub-blocks of 16, each with a 4-bit scale (low nibble of scales[j]) and a 4-bit min
+// (high nibble); x = d * scale_j * q - dmin * min_j, q in [0, 3] at bits 2k, 2k + 1 of byte
+// 32h + l of qs for value 128h + 32k + l (Q3_K's low bits, without the high-bit mask).
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];
+  uint8_t qs[kQK_K / 4];
+  uint16_t d;     // F16 super-block scale of the scales
+  uint16_t dmin;  // F16 super-block scale of the mins
+};
+static_assert(sizeof(BlockQ2_K) == 84);
+
+// The level (q in [0, 3]) of value i of a Q2_K block.
+inline int q2k_level(const BlockQ2_K& b, int i) {
+  const int half = i / 128, k = (i % 128) / 32, l = i % 32;
+  return (b.qs[32 * half + l] >> (2 * k)) & 3;
+}
+
 // Q3_K: 16 sub-blocks of 16 with signed 6-bit scales; x = d * (scale_j - 32) * (q - 4), q in
 // [0, 7]: its low 2 bits in qs (byte 32h + l holds values 128h + 32k + l at bits 2k, 2k + 1), its
 // high bit in hmask (bit 4h + k of byte l for the same value). scales: 16 codes of 6 bits, the low
@@ -111,6 +129,20 @@ inline int q3k_scale(const uint8_t* scales, int j) {
   const int low = j < 8 ? scales[j] & 0x0f : scales[j - 8] >> 4;
   const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
   return (low | high << 4) - 32;
+}
+
+// The 16 unsigned scale codes of a Q3_K block (code j = q3k_scale(j) + 32) as bytes of four
+// words: word w holds codes 4w .. 4w + 3 in the order the SIMD kernels take them (j % 8 < 4 first).
+inline void q3k_scale_code_words(const uint8_t* scales, uint32_t words[4]) {
+  uint32_t a0, a1, top;
+  std::memcpy(&a0, scales, 4);
+  std::memcpy(&a1, scales + 4, 4);
+  std::memcpy(&top, scales + 8, 4);
+  const uint32_t low4 = 0x0f0f0f0fu, top2 = 0x03030303u;
+  words[0] = (a0 & low4) | (top & top2) << 4;
+  words[1] = (a1 & low4) | ((top >> 2) & top2) << 4;
+  words[2] = ((a0 >> 4) & low4) | ((top >> 4) & top2) << 4;
+  words[3] = ((a1 >> 4) & low4) | ((top >> 6) & top2) << 4;
 }
 
 // The level (q in [0, 7]; the value is q - 4) of value i of a Q3_K block.

@@ -189,7 +189,7 @@ float vec_dot_q4_0_q8_0(const void* w, const void* a, int64_t n) {
 
 using namespace ref;  // NOLINT: the table below names every reference kernel
 
-constexpr std::array<WeightFormat, 34> kFormats{{
+constexpr std::array<WeightFormat, 36> kFormats{{
     {DType::F32, 1, 4, quantize_row_f32, dequantize_row_f32, DType::F32, vec_dot_f32},
     {DType::F16, 1, 2, quantize_row_f16, dequantize_row_f16, DType::F16, vec_dot_f16},
     {DType::BF16, 1, 2, quantize_row_bf16, dequantize_row_bf16, DType::BF16, vec_dot_bf16},
@@ -199,6 +199,7 @@ constexpr std::array<WeightFormat, 34> kFormats{{
     {DType::Q4_1, 32, 20, quantize_row_q4_1, dequantize_row_q4_1, DType::Q8_1, vec_dot_q4_1_q8_1},
     {DType::Q5_0, 32, 22, quantize_row_q5_0, dequantize_row_q5_0, DType::Q8_0, vec_dot_q5_0_q8_0, 0, quantize_row_q5_0_weighted},
     {DType::Q5_1, 32, 24, quantize_row_q5_1, dequantize_row_q5_1, DType::Q8_1, vec_dot_q5_1_q8_1},
+    {DType::Q2_K, 256, 84, quantize_row_q2_K, dequantize_row_q2_K, DType::Q8_K, vec_dot_q2_K_q8_K, 0, quantize_row_q2_K_weighted},
     {DType::Q3_K, 256, 110, quantize_row_q3_K, dequantize_row_q3_K, DType::Q8_K, vec_dot_q3_K_q8_K, 0, quantize_row_q3_K_weighted},
     {DType::Q4_K, 256, 144, quantize_row_q4_K, dequantize_row_q4_K, DType::Q8_K, vec_dot_q4_K_q8_K, 0, quantize_row_q4_K_weighted},
     {DType::Q5_K, 256, 176, quantize_row_q5_K, dequantize_row_q5_K, DType::Q8_K, vec_dot_q5_K_q8_K, 0, quantize_row_q5_K_weighted},
@@ -219,6 +220,8 @@ constexpr std::array<WeightFormat, 34> kFormats{{
     {DType::IQ3_S, 256, 110, quantize_row_iq3_s, dequantize_row_iq3_s, DType::Q8_K, vec_dot_iq3_s_q8_K, 0, quantize_row_iq3_s_weighted},
     {DType::INT8_PC, 32, 32, quantize_row_int8_pc, dequantize_row_int8_pc, DType::Q8_0,
      vec_dot_int8_pc_q8_0, kPerChannelHeaderBytes},
+    {DType::W8A8, 32, 32, quantize_row_int8_pc, dequantize_row_int8_pc, DType::INT8_PC, vec_dot_int8_pc_int8_pc,
+     kPerChannelHeaderBytes},
     {DType::INT4_SYM_G32, 32, 18, quantize_row_int4_sym<32>, dequantize_row_int4_sym<32>,
      DType::Q8_0, vec_dot_int4_sym_q8_0<32>},
     {DType::INT4_SYM_G64, 64, 34, quantize_row_int4_sym<64>, dequantize_row_int4_sym<64>,

@@ -1,5 +1,6 @@
 // Kestrel's integer weight formats (ids in core/dtype.h, blocks in quant/blocks.h):
 //   INT8_PC        per-row F32 scale = amax / 127, q = round(x / scale); dots with Q8_0.
+//   W8A8           INT8_PC's rows, dotted with activations in INT8_PC's layout (per-token int8).
 //   INT4_SYM_G*    per group of G an F16 scale d = extreme / -8 (the value of largest magnitude
 //                  lands on -8, so all 16 levels are used), x = d (q - 8); dots with Q8_0.
 //   INT4_ASYM_G*   per group an F16 scale d = (max - min) / 15 and F16 min m, x = d q + m; dots
@@ -71,6 +72,21 @@ float vec_dot_int8_pc_q8_0(const void* w, const void* a, int64_t n) {
     sum += fp16_to_float(y[b].d) * float(dot);
   }
   return scale * sum;
+}
+
+// W8A8: both rows are an F32 scale and int8 values; one exact integer sum (|sum| < 127^2 n, which
+// fits int32 for n < 133,000), then two float products.
+float vec_dot_int8_pc_int8_pc(const void* w, const void* a, int64_t n) {
+  const uint8_t* w_row = static_cast<const uint8_t*>(w);
+  const uint8_t* a_row = static_cast<const uint8_t*>(a);
+  float w_scale, a_scale;
+  std::memcpy(&w_scale, w_row, sizeof w_scale);
+  std::memcpy(&a_scale, a_row, sizeof a_scale);
+  const int8_t* qw = reinterpret_cast<const int8_t*>(w_row + kPerChannelHeaderBytes);
+  const int8_t* qa = reinterpret_cast<const int8_t*>(a_row + kPerChannelHeaderBytes);
+  int32_t dot = 0;
+  for (int64_t i = 0; i < n; ++i) dot += int32_t(qw[i]) * int32_t(qa[i]);
+  return w_scale * (a_scale * float(dot));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
-// Quantizers for the k-quant weight formats Q3_K, Q4_K, Q5_K and Q6_K (layouts in quant/blocks.h).
+// Quantizers for the k-quant weight formats Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (layouts in quant/blocks.h).
 //
 // Each 256-value super-block is quantized in two levels: first every sub-block gets the scale (and
 // for Q4_K/Q5_K the min) that minimises its squared error, found by a small search; then those
-// per-sub-block numbers are themselves quantized (6 bits against an F16 super-scale for Q4_K/Q5_K,
+// per-sub-block numbers are themselves quantized (6 bits against an F16 super-scale for Q4_K/Q5_K, 4 for Q2_K,
 // int8 for Q6_K, signed 6 bits for Q3_K), trying the two nearest codes of each and keeping the one whose re-quantized
 // values have the smaller error. Values are finally assigned to the nearest level of the grid the
 // block actually stores, so dequantization sees exactly what the search chose.
@@ -284,13 +284,13 @@ void pack_scale_min(const uint8_t scale[8], const uint8_t min[8], uint8_t* packe
   }
 }
 
-// Shared by Q4_K (nmax 15) and Q5_K (nmax 31): fills d, dmin, the packed scales and the 256
-// levels of one super-block.
-// With Weighted, w holds the 256 values' importance weights.
-template <bool Weighted>
+// Shared by Q4_K (nmax 15, 8 sub-blocks of 32, 6-bit codes), Q5_K (nmax 31) and Q2_K (nmax 3, 16
+// sub-blocks of 16, 4-bit codes): fills d, dmin, each sub-block's scale and min code and the 256
+// levels of one super-block. With Weighted, w holds the 256 values' importance weights.
+template <bool Weighted, int kSub, int kCodeMax>
 void quantize_affine_superblock(const float* x, int nmax, uint16_t* d_bits, uint16_t* dmin_bits,
-                                uint8_t* packed_scales, uint8_t levels[kQK_K], const float* w) {
-  constexpr int kSub = 32;
+                                uint8_t scale_codes[kQK_K / kSub], uint8_t min_codes[kQK_K / kSub],
+                                uint8_t levels[kQK_K], const float* w) {
   AffineFit fits[kQK_K / kSub];
   float max_scale = 0.0f, max_min = 0.0f;
   for (int j = 0; j < kQK_K / kSub; ++j) {
@@ -298,16 +298,15 @@ void quantize_affine_superblock(const float* x, int nmax, uint16_t* d_bits, uint
     max_scale = std::max(max_scale, fits[j].scale);
     max_min = std::max(max_min, fits[j].min);
   }
-  *d_bits = float_to_fp16(max_scale / 63.0f);
-  *dmin_bits = float_to_fp16(max_min / 63.0f);
+  *d_bits = float_to_fp16(max_scale / float(kCodeMax));
+  *dmin_bits = float_to_fp16(max_min / float(kCodeMax));
   const float d = fp16_to_float(*d_bits);
   const float dmin = fp16_to_float(*dmin_bits);
 
-  uint8_t scale_codes[8], min_codes[8];
   for (int j = 0; j < kQK_K / kSub; ++j) {
     int sc[2], mc[2];
-    const int n_sc = neighbour_codes(fits[j].scale, d, 0, 63, sc);
-    const int n_mc = neighbour_codes(fits[j].min, dmin, 0, 63, mc);
+    const int n_sc = neighbour_codes(fits[j].scale, d, 0, kCodeMax, sc);
+    const int n_mc = neighbour_codes(fits[j].min, dmin, 0, kCodeMax, mc);
     float best = INFINITY;
     uint8_t trial[kSub];
     for (int a = 0; a < n_sc; ++a) {
@@ -323,6 +322,14 @@ void quantize_affine_superblock(const float* x, int nmax, uint16_t* d_bits, uint
       }
     }
   }
+}
+
+// Q4_K/Q5_K: the 6-bit codes of the 8 sub-blocks of 32, packed as the formats store them.
+template <bool Weighted>
+void quantize_q45_superblock(const float* x, int nmax, uint16_t* d_bits, uint16_t* dmin_bits,
+                             uint8_t* packed_scales, uint8_t levels[kQK_K], const float* w) {
+  uint8_t scale_codes[8], min_codes[8];
+  quantize_affine_superblock<Weighted, 32, 63>(x, nmax, d_bits, dmin_bits, scale_codes, min_codes, levels, w);
   pack_scale_min(scale_codes, min_codes, packed_scales);
 }
 
@@ -344,7 +351,7 @@ void quantize_row_q4_K_impl(const float* src, void* dst, int64_t n, const float*
     BlockQ4_K& block = blocks[b];
     float w[kQK_K];
     if constexpr (Weighted) affine_weights(src + b * kQK_K, importance + b * kQK_K, w);
-    quantize_affine_superblock<Weighted>(src + b * kQK_K, 15, &block.d, &block.dmin, block.scales, levels, w);
+    quantize_q45_superblock<Weighted>(src + b * kQK_K, 15, &block.d, &block.dmin, block.scales, levels, w);
     // Each 64-value chunk: byte l = value l (low nibble) | value l + 32 (high nibble).
     for (int chunk = 0; chunk < kQK_K / 64; ++chunk) {
       const uint8_t* q = levels + chunk * 64;
@@ -361,7 +368,7 @@ void quantize_row_q5_K_impl(const float* src, void* dst, int64_t n, const float*
     BlockQ5_K& block = blocks[b];
     float w[kQK_K];
     if constexpr (Weighted) affine_weights(src + b * kQK_K, importance + b * kQK_K, w);
-    quantize_affine_superblock<Weighted>(src + b * kQK_K, 31, &block.d, &block.dmin, block.scales, levels, w);
+    quantize_q45_superblock<Weighted>(src + b * kQK_K, 31, &block.d, &block.dmin, block.scales, levels, w);
     // Low 4 bits as in Q4_K; the fifth bit of value l (+ 32) of chunk c is bit 2c (2c + 1) of qh[l].
     std::memset(block.qh, 0, sizeof block.qh);
     for (int chunk = 0; chunk < kQK_K / 64; ++chunk) {
@@ -479,12 +486,39 @@ void quantize_row_q3_K_impl(const float* src, void* dst, int64_t n, const float*
   }
 }
 
+// Q2_K: as Q4_K with levels in [0, 3] and 16 sub-blocks of 16 whose scales and mins take 4-bit
+// codes. Weights as llama.cpp's Q2_K quantizers use them: with an imatrix, importance x
+// sqrt(sigma^2 + x^2) (affine_weights); without, |x|, so at two bits the large weights, which the
+// model depends on most, keep the finer fit.
+void quantize_row_q2_K_impl(const float* src, void* dst, int64_t n, const float* importance) {
+  BlockQ2_K* blocks = static_cast<BlockQ2_K*>(dst);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const float* x = src + b * kQK_K;
+    BlockQ2_K& block = blocks[b];
+    float w[kQK_K];
+    if (importance == nullptr) {
+      for (int i = 0; i < kQK_K; ++i) w[i] = std::fabs(x[i]);
+    } else {
+      affine_weights(x, importance + b * kQK_K, w);
+    }
+    uint8_t scale_codes[16], min_codes[16], levels[kQK_K];
+    quantize_affine_superblock<true, 16, 15>(x, 3, &block.d, &block.dmin, scale_codes, min_codes, levels, w);
+    for (int j = 0; j < 16; ++j) block.scales[j] = uint8_t(scale_codes[j] | min_codes[j] << 4);
+    std::memset(block.qs, 0, sizeof block.qs);
+    for (int i = 0; i < kQK_K; ++i) {
+      const int half = i / 128, k = (i % 128) / 32, l = i % 32;
+      block.qs[32 * half + l] |= uint8_t(levels[i] << (2 * k));
+    }
+  }
+}
+
 }  // namespace
 
 void quantize_row_q4_K(const float* src, void* dst, int64_t n) { quantize_row_q4_K_impl<false>(src, dst, n, nullptr); }
 void quantize_row_q5_K(const float* src, void* dst, int64_t n) { quantize_row_q5_K_impl<false>(src, dst, n, nullptr); }
 void quantize_row_q6_K(const float* src, void* dst, int64_t n) { quantize_row_q6_K_impl<false>(src, dst, n, nullptr); }
 void quantize_row_q3_K(const float* src, void* dst, int64_t n) { quantize_row_q3_K_impl(src, dst, n, nullptr); }
+void quantize_row_q2_K(const float* src, void* dst, int64_t n) { quantize_row_q2_K_impl(src, dst, n, nullptr); }
 void quantize_row_q4_K_weighted(const float* src, void* dst, int64_t n, const float* importance) {
   quantize_row_q4_K_impl<true>(src, dst, n, importance);
 }
@@ -496,6 +530,9 @@ void quantize_row_q6_K_weighted(const float* src, void* dst, int64_t n, const fl
 }
 void quantize_row_q3_K_weighted(const float* src, void* dst, int64_t n, const float* importance) {
   quantize_row_q3_K_impl(src, dst, n, importance);
+}
+void quantize_row_q2_K_weighted(const float* src, void* dst, int64_t n, const float* importance) {
+  quantize_row_q2_K_impl(src, dst, n, importance);
 }
 
 }  // namespace kestrel::quant::ref

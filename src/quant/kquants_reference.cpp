@@ -132,6 +132,37 @@ float vec_dot_q6_K_q8_K(const void* w, const void* a, int64_t n) {
                        [](const BlockQ6_K& b, int j) { return int32_t(b.scales[j]); });
 }
 
+// Q2_K: (d * scale) * q - dmin * min in float, as ggml's dequantize_row_q2_K.
+void dequantize_row_q2_K(const void* src, float* dst, int64_t n) {
+  const BlockQ2_K* blocks = static_cast<const BlockQ2_K*>(src);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const float d = fp16_to_float(blocks[b].d), dmin = fp16_to_float(blocks[b].dmin);
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      const float step = d * float(blocks[b].scales[j] & 0x0f);
+      const float min = dmin * float(blocks[b].scales[j] >> 4);
+      for (int i = j * 16; i < j * 16 + 16; ++i) dst[b * kQK_K + i] = step * float(q2k_level(blocks[b], i)) - min;
+    }
+  }
+}
+
+// sum_j scale_j (q_j . y_j) and sum_j min_j bsum_j are exact integers per super-block.
+float vec_dot_q2_K_q8_K(const void* w, const void* a, int64_t n) {
+  const BlockQ2_K* x = static_cast<const BlockQ2_K*>(w);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(a);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    int32_t scaled = 0, mins = 0;
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      int32_t dot = 0;
+      for (int i = j * 16; i < j * 16 + 16; ++i) dot += q2k_level(x[b], i) * int32_t(y[b].qs[i]);
+      scaled += int32_t(x[b].scales[j] & 0x0f) * dot;
+      mins += int32_t(x[b].scales[j] >> 4) * int32_t(y[b].bsums[j]);
+    }
+    sum += y[b].d * (fp16_to_float(x[b].d) * float(scaled) - fp16_to_float(x[b].dmin) * float(mins));
+  }
+  return sum;
+}
+
 // Q3_K: (d * (scale - 32)) * (q - 4) in float, as ggml's dequantize_row_q3_K.
 void dequantize_row_q3_K(const void* src, float* dst, int64_t n) {
   const BlockQ3_K* blocks = static_cast<const BlockQ3_K*>(src);

@@ -42,20 +42,24 @@ void quantize_row_q4_K(const float* src, void* dst, int64_t n);
 void quantize_row_q5_K(const float* src, void* dst, int64_t n);
 void quantize_row_q6_K(const float* src, void* dst, int64_t n);
 void quantize_row_q3_K(const float* src, void* dst, int64_t n);
+void quantize_row_q2_K(const float* src, void* dst, int64_t n);
 // The same with an importance weight per value (the imatrix's per-column means, one per element of
 // the row): the searches minimise the weighted squared error, as llama.cpp's imatrix quantizers do.
 void quantize_row_q4_K_weighted(const float* src, void* dst, int64_t n, const float* importance);
 void quantize_row_q5_K_weighted(const float* src, void* dst, int64_t n, const float* importance);
 void quantize_row_q6_K_weighted(const float* src, void* dst, int64_t n, const float* importance);
 void quantize_row_q3_K_weighted(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_row_q2_K_weighted(const float* src, void* dst, int64_t n, const float* importance);
 void dequantize_row_q4_K(const void* src, float* dst, int64_t n);
 void dequantize_row_q5_K(const void* src, float* dst, int64_t n);
 void dequantize_row_q6_K(const void* src, float* dst, int64_t n);
 void dequantize_row_q3_K(const void* src, float* dst, int64_t n);
+void dequantize_row_q2_K(const void* src, float* dst, int64_t n);
 float vec_dot_q4_K_q8_K(const void* w, const void* a, int64_t n);
 float vec_dot_q5_K_q8_K(const void* w, const void* a, int64_t n);
 float vec_dot_q6_K_q8_K(const void* w, const void* a, int64_t n);
 float vec_dot_q3_K_q8_K(const void* w, const void* a, int64_t n);
+float vec_dot_q2_K_q8_K(const void* w, const void* a, int64_t n);
 void quantize_row_q8_K(const float* src, void* dst, int64_t n);
 void dequantize_row_q8_K(const void* src, float* dst, int64_t n);
 float vec_dot_q8_K_q8_K(const void* w, const void* a, int64_t n);
@@ -106,6 +110,7 @@ float vec_dot_iq3_s_q8_K(const void* w, const void* a, int64_t n);
 void quantize_row_int8_pc(const float* src, void* dst, int64_t n);
 void dequantize_row_int8_pc(const void* src, float* dst, int64_t n);
 float vec_dot_int8_pc_q8_0(const void* w, const void* a, int64_t n);
+float vec_dot_int8_pc_int8_pc(const void* w, const void* a, int64_t n);  // W8A8
 template <int G>
 void quantize_row_int4_sym(const float* src, void* dst, int64_t n);
 template <int G>

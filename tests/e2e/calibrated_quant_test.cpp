@@ -170,8 +170,9 @@ std::vector<int32_t> calibration_tokens(const Model& model) {
 // matrix kept F32: the only change is the scales and their inverses folded into attn_norm,
 // ffn_norm, v's rows and bias (tied over the query heads of each kv head) and up's rows, so the
 // model must compute what it did. Then `control` (one folded tensor) is put back as it was, and
-// the model must change.
-void check_folding(const std::string& base_path, size_t tensors_per_layer, const std::string& control) {
+// the model must change. smooth_alpha >= 0: SmoothQuant's scales instead.
+void check_folding(const std::string& base_path, size_t tensors_per_layer, const std::string& control,
+                   double smooth_alpha = -1.0) {
   const std::string dir = test::scratch_dir("awq_fold");
   const auto model = Model::load(base_path);
   const auto tokenizer = Tokenizer::from_gguf(model->file());
@@ -182,6 +183,7 @@ void check_folding(const std::string& base_path, size_t tensors_per_layer, const
   options.pass.bos_token = tokenizer->vocab().add_bos ? tokenizer->bos_id() : -1;
   options.awq.fixed_grid = 10;
   options.awq.clip = false;
+  options.awq.smooth_alpha = smooth_alpha;
   std::vector<AwqGroupReport> reports;
   auto encoded = awq_quantize_model(*model, calibration_tokens(*model), awq_targets(*model, f32), options,
                                     [&](const AwqGroupReport& r) { reports.push_back(r); });
@@ -213,6 +215,13 @@ void check_folding(const std::string& base_path, size_t tensors_per_layer, const
 TEST(AwqFolding, Stories260KLeavesTheFloatModelAsItWas) {
   // 7 matrices and 2 norms a layer; 8 query heads on 4 kv heads.
   check_folding(kStories, 9, "blk.2.attn_output.weight");
+}
+
+TEST(SmoothQuantFolding, Stories260KAndQwen2LeaveTheFloatModelAsItWas) {
+  check_folding(kStories, 9, "blk.3.ffn_norm.weight", 0.5);
+  const std::string path = test::scratch_dir("smooth_fold_qwen2") + "/qwen2.gguf";
+  convert_hf_to_gguf(test::test_data_path("hf/qwen2"), path);
+  check_folding(path, 10, "blk.1.attn_v.bias", 0.5);
 }
 
 TEST(AwqFolding, Qwen2WithBiasesLeavesTheFloatModelAsItWas) {
@@ -266,6 +275,35 @@ TEST(AwqStories260K, DivergesLessThanRoundToNearestAndWritesWhatItEncoded) {
   EXPECT_GT(awq.top1_agreement, rtn.top1_agreement);
 }
 
+// W8A8 (per-token int8 activations) with SmoothQuant's searched scales against plain W8A8, the
+// embedding and head Q8_0 in both: the smoothed model must diverge less from the F32 one.
+TEST(SmoothQuantStories260K, W8A8DivergesLessThanUnsmoothedW8A8) {
+  const std::string dir = test::scratch_dir("smoothquant_stories");
+  const auto model = Model::load(kStories);
+  QuantRecipe w8a8 = *find_quant_recipe("W8A8");
+  w8a8.embedding_type = DType::Q8_0;
+  w8a8.output_type = DType::Q8_0;
+  AwqCalibrationOptions options;
+  options.pass.n_ctx = 128;
+  options.pass.n_chunks = 16;
+  options.pass.bos_token = 1;
+  options.search_tokens = 1024;
+  options.awq.clip = false;
+  options.awq.smooth_alphas = {0.3, 0.5, 0.7, 0.9};
+  std::vector<AwqGroupReport> reports;
+  const auto encoded = awq_quantize_model(*model, calibration_tokens(*model), awq_targets(*model, w8a8), options,
+                                          [&](const AwqGroupReport& r) { reports.push_back(r); });
+  ASSERT_EQ(reports.size(), 20u);
+  for (const auto& r : reports) EXPECT_LE(r.loss, r.loss_unscaled) << r.layer << " " << r.group;
+  const std::string smooth_path = dir + "/smooth.gguf", plain_path = dir + "/plain.gguf";
+  requantize_gguf(kStories, smooth_path, w8a8, [](const RequantizeNote&) {}, 2, nullptr, &encoded);
+  requantize_gguf(kStories, plain_path, w8a8, [](const RequantizeNote&) {}, 2);
+  const KlDivergence smooth = divergence_from_f32(smooth_path), plain = divergence_from_f32(plain_path);
+  RecordProperty("kld_smoothquant", std::to_string(smooth.mean));
+  RecordProperty("kld_w8a8", std::to_string(plain.mean));
+  EXPECT_LT(smooth.mean, plain.mean) << "SmoothQuant " << smooth.mean << " plain W8A8 " << plain.mean;
+}
+
 TEST(AwqStories260K, ShortTextAndMissingTypesAreClearErrors) {
   const auto model = Model::load(kStories);
   AwqCalibrationOptions options;
@@ -317,6 +355,9 @@ TEST(GptqCli, OptionErrorsAreClear) {
            {"INT4_ASYM_G32 --method imatrix", "--method imatrix needs an importance matrix"},
            {"INT4_ASYM_G32 --method awq", "--method awq needs a calibration text (--calib TEXT)"},
            {"INT4_ASYM_G32 --no-clip", "--no-clip is an AWQ option (--method awq)"},
+           {"W8A8 --method smoothquant", "--method smoothquant needs a calibration text (--calib TEXT)"},
+           {"W8A8 --alpha 0.7", "--alpha is a SmoothQuant option (--method smoothquant)"},
+           {"Q2_K_S", "Q2_K_S needs an importance matrix (--imatrix FILE or --calib TEXT)"},
            {"INT4_ASYM_G32 --output-tensor-type Q9_9", "--output-tensor-type Q9_9: not a type Kestrel can write"},
        }) {
     const CommandResult r = run_kestrel("quantize " + kStories + " " + out + " " + c.args);
@@ -347,6 +388,12 @@ TEST(GptqCli, OptionErrorsAreClear) {
   EXPECT_NE(both.err.find("awq: 5 layers"), std::string::npos) << both.err;
   EXPECT_NE(both.err.find("awq-gptq: 30 tensors written from GPTQ"), std::string::npos) << both.err;
   EXPECT_FALSE(std::ifstream(out + ".awq-scaled.tmp").good());
+  const CommandResult smooth = run_kestrel("quantize " + kStories + " " + out + " W8A8 --method smoothquant --calib " +
+                                           text + " --calib-ctx 64 --calib-chunks 8 --alpha 0.6 -t 2");
+  ASSERT_EQ(smooth.exit_code, 0) << smooth.err;
+  EXPECT_NE(smooth.err.find("smoothquant: 5 layers over 8 chunks of 64 tokens"), std::string::npos) << smooth.err;
+  EXPECT_NE(smooth.err.find("(alpha 0.6)"), std::string::npos) << smooth.err;
+  EXPECT_NE(smooth.err.find("smoothquant: 45 tensors written from SmoothQuant"), std::string::npos) << smooth.err;
 }
 
 }  // namespace

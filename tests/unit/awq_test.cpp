@@ -4,6 +4,7 @@
 // final bytes are committed), the block moments against a plain double loop, and the errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -54,7 +55,7 @@ TEST(Awq, MatchesTheNumpyReference) {
       r0 += l["rows"].get<int64_t>();
     }
     const std::vector<float> mean = abs_mean(layer);
-    const calib::AwqInput input{cols, layer.x.data(), tokens, mean, {}};
+    const calib::AwqInput input{cols, layer.x.data(), tokens, mean, {}, {}};
     calib::AwqTying tying;
     if (!c["tying"].is_null()) tying = {c["tying"][0], c["tying"][1], c["tying"][2]};
     calib::AwqOptions options;
@@ -128,11 +129,100 @@ TEST(Awq, RejectsMismatchedHeadTying) {
   ThreadPool pool(1);
   const std::vector<float> mean = abs_mean(l);
   const calib::AwqLinear linear{DType::INT4_ASYM_G32, l.w.data(), 4};
-  const calib::AwqInput input{64, l.x.data(), 16, mean, {}};
+  const calib::AwqInput input{64, l.x.data(), 16, mean, {}, {}};
   // 3 query heads cannot share 2 kv heads; 4 x 8 channels are not 64.
   EXPECT_THROW(calib::awq_search_scales({&linear, 1}, input, {3, 2, 8}, {}, pool), Error);
   EXPECT_THROW(calib::awq_search_scales({&linear, 1}, input, {4, 2, 8}, {}, pool), Error);
   EXPECT_NO_THROW(calib::awq_search_scales({&linear, 1}, input, {8, 2, 8}, {}, pool));
+}
+
+// SmoothQuant's scales, written out again from the paper's formula: s_c = max|x_c|^a / max|w_c|^(1-a)
+// with max|w_c| over both layers' rows, the query heads of a kv head averaged (4 heads of 8 on 2 kv
+// heads here), 1 for an all-zero channel.
+TEST(SmoothQuant, ScalesFollowThePaperAndTieHeads) {
+  test::CalibLayer a = test::make_calib_layer(7, 6, 32, 16, {}), b = test::make_calib_layer(8, 5, 32, 16, {});
+  for (int64_t r = 0; r < 6; ++r) a.w[size_t(r * 32 + 3)] = 0.0f;  // channel 3: zero in both layers
+  for (int64_t r = 0; r < 5; ++r) b.w[size_t(r * 32 + 3)] = 0.0f;
+  std::vector<float> x_max(32);
+  for (int64_t c = 0; c < 32; ++c) x_max[size_t(c)] = 0.1f + 0.37f * float(c % 7) + (c == 9 ? 40.0f : 0.0f);
+  const calib::AwqLinear linears[] = {{DType::W8A8, a.w.data(), 6}, {DType::W8A8, b.w.data(), 5}};
+  for (double alpha : {0.0, 0.5, 0.85}) {
+    for (bool tied : {false, true}) {
+      const calib::AwqTying tying = tied ? calib::AwqTying{4, 2, 8} : calib::AwqTying{};
+      const std::vector<float> s = calib::smoothquant_scales(linears, x_max, tying, alpha);
+      ASSERT_EQ(s.size(), 32u);
+      std::vector<double> w_max(32, 0.0);
+      for (int64_t c = 0; c < 32; ++c) {
+        for (int64_t r = 0; r < 6; ++r) w_max[size_t(c)] = std::max(w_max[size_t(c)], double(std::fabs(a.w[size_t(r * 32 + c)])));
+        for (int64_t r = 0; r < 5; ++r) w_max[size_t(c)] = std::max(w_max[size_t(c)], double(std::fabs(b.w[size_t(r * 32 + c)])));
+      }
+      for (int64_t c = 0; c < 32; ++c) {
+        double xm = x_max[size_t(c)], wm = w_max[size_t(c)];
+        if (tied) {  // channel c = h * 8 + d; heads 2j, 2j + 1 share kv head j
+          const int64_t j = (c / 8) / 2, d = c % 8;
+          xm = (x_max[size_t(16 * j + d)] + x_max[size_t(16 * j + 8 + d)]) / 2.0;
+          wm = (w_max[size_t(16 * j + d)] + w_max[size_t(16 * j + 8 + d)]) / 2.0;
+        }
+        const double expected = wm == 0.0 ? 1.0 : std::pow(xm, alpha) / std::pow(wm, 1.0 - alpha);
+        EXPECT_NEAR(s[size_t(c)], expected, 1e-6 * expected) << "alpha " << alpha << " tied " << tied << " c " << c;
+      }
+    }
+  }
+  EXPECT_THROW(calib::smoothquant_scales(linears, x_max, {}, 1.5), Error);
+}
+
+// The strength search: its loss is the W8A8 output error written out here in plain loops (x / s
+// rounded per token to int8 by amax / 127, W diag(s) per row likewise), the lowest of every
+// candidate's, and with a 60x outlier channel smoothing must win clearly over s = 1.
+TEST(SmoothQuant, SearchPicksTheLowestW8A8OutputError) {
+  test::CalibLayer l = test::make_calib_layer(21, 24, 64, 48, {});
+  for (int64_t t = 0; t < 48; ++t) l.x[size_t(t * 64 + 9)] *= 60.0f;
+  std::vector<float> x_max(64, 0.0f);
+  for (int64_t t = 0; t < 48; ++t) {
+    for (int64_t c = 0; c < 64; ++c) x_max[size_t(c)] = std::max(x_max[size_t(c)], std::fabs(l.x[size_t(t * 64 + c)]));
+  }
+  const calib::AwqLinear linear{DType::W8A8, l.w.data(), 24};
+  const std::vector<float> mean = abs_mean(l);
+  const calib::AwqInput input{64, l.x.data(), 48, mean, {}, x_max};
+  const auto round_row = [](std::vector<double> v) {  // per-row int8, amax / 127
+    double amax = 0.0;
+    for (double e : v) amax = std::max(amax, std::fabs(e));
+    for (double& e : v) e = amax == 0.0 ? 0.0 : std::nearbyint(e / (amax / 127.0)) * (amax / 127.0);
+    return v;
+  };
+  const auto w8a8_error = [&](const std::vector<float>& s) {
+    double error = 0.0;
+    std::vector<std::vector<double>> wq;
+    for (int64_t r = 0; r < 24; ++r) {
+      std::vector<double> row(64);
+      for (int64_t c = 0; c < 64; ++c) row[size_t(c)] = double(l.w[size_t(r * 64 + c)]) * s[size_t(c)];
+      wq.push_back(round_row(row));
+    }
+    for (int64_t t = 0; t < 48; ++t) {
+      std::vector<double> xs(64);
+      for (int64_t c = 0; c < 64; ++c) xs[size_t(c)] = double(l.x[size_t(t * 64 + c)]) / s[size_t(c)];
+      const std::vector<double> xq = round_row(xs);
+      for (int64_t r = 0; r < 24; ++r) {
+        double got = 0.0, want = 0.0;
+        for (int64_t c = 0; c < 64; ++c) {
+          got += xq[size_t(c)] * wq[size_t(r)][size_t(c)];
+          want += double(l.x[size_t(t * 64 + c)]) * double(l.w[size_t(r * 64 + c)]);
+        }
+        error += (got - want) * (got - want);
+      }
+    }
+    return error;
+  };
+  ThreadPool pool(2);
+  const std::vector<double> alphas{0.2, 0.5, 0.8};
+  const calib::AwqScaleResult r = calib::smoothquant_search({&linear, 1}, input, {}, alphas, pool);
+  ASSERT_GE(r.grid, 0);
+  EXPECT_NEAR(r.loss_unscaled, w8a8_error(std::vector<float>(64, 1.0f)), 1e-3 * r.loss_unscaled);
+  EXPECT_NEAR(r.loss, w8a8_error(r.scales), 1e-3 * r.loss);
+  for (double alpha : alphas) {
+    EXPECT_LE(r.loss, w8a8_error(calib::smoothquant_scales({&linear, 1}, x_max, {}, alpha)) * (1 + 1e-3)) << alpha;
+  }
+  EXPECT_LT(r.loss, 0.8 * r.loss_unscaled);
 }
 
 }  // namespace

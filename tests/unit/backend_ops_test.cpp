@@ -355,6 +355,16 @@ std::vector<uint8_t> identity_row(const WeightFormat& format, int64_t k, int64_t
       std::memcpy(block, &q3, sizeof q3);
       return row;
     }
+    case DType::Q2_K: {  // d = 1, dmin = 1, scale codes 1 and min codes 0, level 0 except 1 at i
+      quant::BlockQ2_K q2{};
+      set_f16(reinterpret_cast<uint8_t*>(&q2.d), 1.0f);
+      set_f16(reinterpret_cast<uint8_t*>(&q2.dmin), 1.0f);
+      for (uint8_t& sc : q2.scales) sc = 0x01;
+      const int half = int(i / 128), k4 = int(i % 128) / 32, l = int(i % 32);
+      q2.qs[32 * half + l] = uint8_t(1 << (2 * k4));
+      std::memcpy(block, &q2, sizeof q2);
+      return row;
+    }
     case DType::Q4_0:
     case DType::INT4_SYM_G32:
     case DType::INT4_SYM_G64:
@@ -413,6 +423,7 @@ double identity_value(DType type) {
     case DType::F32:
     case DType::F16:
     case DType::BF16:
+    case DType::Q2_K:
     case DType::Q3_K:
     case DType::Q4_K:
     case DType::Q5_K:

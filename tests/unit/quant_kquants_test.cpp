@@ -1,4 +1,4 @@
-// k-quants (Q3_K, Q4_K, Q5_K, Q6_K weights; Q8_K activations):
+// k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K weights; Q8_K activations):
 //  - blocks written by llama.cpp's llama-quantize dequantize bitwise like gguf-py's numpy code
 //    (fixtures from scripts/gen_quant_fixtures.py);
 //  - our quantizer's squared error on the same values is no worse than llama.cpp's;
@@ -30,7 +30,7 @@ using quant::WeightFormat;
 constexpr double kU = 0x1p-24;  // unit roundoff of float
 constexpr int kQK = 256;
 
-const DType kWeightTypes[] = {DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kWeightTypes[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 // ---------------------------------------------------------------------------------------------
 // An independent decoding of the block headers (written from the GGUF spec's description, not
@@ -48,6 +48,17 @@ Grid decode_grid(DType type, const uint8_t* block) {
   g.step.resize(kQK);
   g.offset.resize(kQK);
   uint16_t h0, h1;
+  if (type == DType::Q2_K) {
+    // scales[16] (low nibble: scale code, high nibble: min code), qs[64], d, dmin.
+    std::memcpy(&h0, block + 80, 2);
+    std::memcpy(&h1, block + 82, 2);
+    const double d = fp16_to_float(h0), dmin = fp16_to_float(h1);
+    for (int j = 0; j < 16; ++j) {
+      for (int i = 16 * j; i < 16 * j + 16; ++i) g.step[i] = d * (block[j] & 15), g.offset[i] = -dmin * (block[j] >> 4);
+    }
+    g.qmax = 3;
+    return g;
+  }
   if (type == DType::Q3_K) {
     // hmask[32], qs[64], scales[12], d: 16 signed 6-bit scale codes (stored + 32), the low 4 bits of
     // code j in byte j % 8 (low nibble for j < 8, high for j >= 8), the top 2 in byte 8 + j % 4.
@@ -107,13 +118,14 @@ std::vector<float> dequantize(const WeightFormat& f, const std::vector<uint8_t>&
   return out;
 }
 
-// sum (a - b)^2 over [begin, end); by_magnitude: each term weighted by b^2 (b the original values),
-// the error Q3_K's quantizers (llama.cpp's and Kestrel's) minimise without an imatrix.
+// sum (a - b)^2 over [begin, end), each term weighted by |b|^power (b the original values): power 2
+// is the error Q3_K's quantizers (llama.cpp's and Kestrel's) minimise without an imatrix, power 1
+// the weighting of Q2_K's (Kestrel's squared error, llama.cpp's absolute one).
 double squared_error(const std::vector<float>& a, const std::vector<float>& b, size_t begin, size_t end,
-                     bool by_magnitude = false) {
+                     int power = 0) {
   double e = 0;
   for (size_t i = begin; i < end; ++i) {
-    e += (by_magnitude ? double(b[i]) * b[i] : 1.0) * (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    e += std::pow(std::fabs(double(b[i])), power) * (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
   }
   return e;
 }
@@ -130,7 +142,8 @@ struct FixtureCase {
   DType type;
 };
 const FixtureCase kFixtures[] = {
-    {"q3_k.bin", DType::Q3_K}, {"q4_k.bin", DType::Q4_K}, {"q5_k.bin", DType::Q5_K}, {"q6_k.bin", DType::Q6_K}};
+    {"q3_k.bin", DType::Q3_K}, {"q4_k.bin", DType::Q4_K}, {"q5_k.bin", DType::Q5_K}, {"q6_k.bin", DType::Q6_K},
+    {"q2_k.bin", DType::Q2_K}};
 
 TEST(KQuantFixture, DequantizeIsBitwiseEqualToGgufPy) {
   // gguf-py computes (d * scale) * q - dmin * min in float32, the same operations in the same
@@ -155,12 +168,13 @@ TEST(KQuantFixture, QuantizerIsNoWorseThanLlamaCpp) {
   // constant, tiny (subnormal F16 scales), normal, large with an offset. Ours minimises the
   // squared error directly; llama.cpp minimises a weighted one, so over the 8 blocks ours must be
   // lower, and no single block may be more than 10% worse (the weighting can win on a block).
-  // Q3_K: both minimise the error weighted by x^2, and that is what is compared.
+  // Q3_K: both minimise the error weighted by x^2, and that is what is compared; Q2_K: both weight
+  // by |x| (Kestrel the squared error, llama.cpp the absolute one), and |x| (x - x')^2 is compared.
   for (const FixtureCase& c : kFixtures) {
     const Fixture f = load_fixture(c.file);
     const WeightFormat& format = quant::require_format(c.type);
     const std::vector<float> ours = dequantize(format, quantize(format, f.original), int64_t(f.blocks) * kQK);
-    const bool by_magnitude = c.type == DType::Q3_K;
+    const int by_magnitude = c.type == DType::Q3_K ? 2 : c.type == DType::Q2_K ? 1 : 0;
     double ours_total = 0, theirs_total = 0;
     for (uint32_t b = 0; b < f.blocks; ++b) {
       const double e_ours = squared_error(ours, f.original, b * kQK, (b + 1) * kQK, by_magnitude);
@@ -196,7 +210,7 @@ std::vector<float> random_row(std::mt19937& rng, int64_t n, int kind) {
 // Plain min/max rounding per sub-block with the scales kept in float: what a search must beat.
 double minmax_squared_error(DType type, const std::vector<float>& x) {
   const bool symmetric = type == DType::Q6_K || type == DType::Q3_K;
-  const int sub = symmetric ? 16 : 32;
+  const int sub = symmetric || type == DType::Q2_K ? 16 : 32;
   double e = 0;
   for (size_t s = 0; s < x.size(); s += size_t(sub)) {
     float lo = 0, hi = x[s], amax = 0;
@@ -209,7 +223,7 @@ double minmax_squared_error(DType type, const std::vector<float>& x) {
         const double step = amax / (type == DType::Q6_K ? 31.0 : 3.0);
         v = step == 0 ? 0 : step * std::round(x[i] / step);
       } else {
-        const double step = (double(hi) - lo) / (type == DType::Q4_K ? 15 : 31);
+        const double step = (double(hi) - lo) / (type == DType::Q2_K ? 3 : type == DType::Q4_K ? 15 : 31);
         v = step == 0 ? lo : lo + step * std::round((x[i] - lo) / step);
       }
       e += (v - x[i]) * (v - x[i]);
@@ -326,7 +340,7 @@ TEST(KQuant, VecDotMatchesDequantizedDotAndApproximatesOriginal) {
 }
 
 TEST(KQuant, TableEntriesMatchGgufLayouts) {
-  for (DType type : {DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K}) {
+  for (DType type : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K}) {
     const WeightFormat& f = quant::require_format(type);
     EXPECT_EQ(f.block_size, 256);
     EXPECT_EQ(f.block_bytes, dtype_layout(type).block_bytes) << dtype_name(type);

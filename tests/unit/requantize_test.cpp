@@ -71,7 +71,7 @@ TEST(QuantRecipe, MixturesChooseWhatLlamaQuantizeChose) {
   ASSERT_EQ(models.size(), 2u);
   int compared = 0;
   for (const FixtureModel& m : models) {
-    ASSERT_EQ(m.types.size(), 8u) << m.name;  // Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K
+    ASSERT_EQ(m.types.size(), 9u) << m.name;  // Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K, Q2_K
     for (const auto& [ftype, expected] : m.types) {
       const auto recipe = find_quant_recipe(ftype);
       ASSERT_TRUE(recipe) << ftype;
@@ -89,7 +89,7 @@ TEST(QuantRecipe, MixturesChooseWhatLlamaQuantizeChose) {
       }
     }
   }
-  EXPECT_EQ(compared, 8 * (16 * 7 + 2) + 8 * (10 * 7 + 1));
+  EXPECT_EQ(compared, 9 * (16 * 7 + 2) + 9 * (10 * 7 + 1));
 }
 
 // A Llama-shaped tensor list: n layers of 7 matrices and 2 norms, embeddings, optional output.
@@ -140,6 +140,38 @@ TEST(QuantRecipe, FollowsTheUseMoreBitsRuleForAnyLayerCount) {
       }
     }
   }
+}
+
+// llama.cpp's Q2_K and Q2_K_S rules (llama-quant.cpp), written out again: the fixture's models have
+// n_gqa 1, so the n_gqa >= 4 branch is checked here.
+TEST(QuantRecipe, Q2KMixturesFollowTheGqaRule) {
+  for (int64_t n_gqa : {1, 2, 4, 8}) {
+    for (const char* name : {"Q2_K", "Q2_K_S"}) {
+      const int n = 16;
+      const std::vector<QuantTensorInfo> tensors = llama_tensors(n, false, 512, 1024);
+      const QuantRecipe recipe = *find_quant_recipe(name);
+      const bool s_mix = recipe.mix == QuantMix::Q2_K_S;
+      const std::vector<QuantChoice> plan = plan_quantization(recipe, tensors, n, n_gqa);
+      for (size_t k = 0; k < tensors.size(); ++k) {
+        const std::string& t = tensors[k].name;
+        if (tensors[k].dims.size() < 2) continue;
+        int layer = -1;
+        std::sscanf(t.c_str(), "blk.%d.", &layer);
+        DType expected = DType::Q2_K;
+        if (t == "output.weight") expected = DType::Q6_K;
+        if (t.find("attn_v") != std::string::npos) {
+          expected = n_gqa >= 4 ? DType::Q4_K : s_mix ? DType::Q2_K : DType::Q3_K;
+        }
+        if (t.find("attn_output") != std::string::npos && !s_mix) expected = DType::Q3_K;
+        if (t.find("ffn_down") != std::string::npos) expected = !s_mix ? DType::Q3_K : layer < n / 8 ? DType::Q4_K : DType::Q2_K;
+        EXPECT_EQ(plan[k].type, expected) << name << " n_gqa " << n_gqa << " " << t;
+      }
+    }
+  }
+  EXPECT_EQ(find_quant_recipe("Q2_K")->file_type, 10u);    // LLAMA_FTYPE_MOSTLY_Q2_K
+  EXPECT_EQ(find_quant_recipe("Q2_K_S")->file_type, 21u);  // LLAMA_FTYPE_MOSTLY_Q2_K_S
+  EXPECT_EQ(find_quant_recipe("Q2_K_PURE")->mix, QuantMix::Pure);
+  EXPECT_EQ(quant_type_that_fits(DType::Q2_K, 96), DType::Q4_0);  // tensor_type_fallback
 }
 
 TEST(QuantRecipe, FallbacksForRowsThatDoNotFit) {
@@ -201,7 +233,6 @@ TEST(QuantRecipe, NamesAndFileTypes) {
   EXPECT_EQ(find_quant_recipe("TQ2_0")->file_type, 37u);  // LLAMA_FTYPE_MOSTLY_TQ2_0
   EXPECT_EQ(find_quant_recipe("MXFP4")->file_type, 38u);  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
   EXPECT_EQ(find_quant_recipe("MXFP4")->base, DType::MXFP4);
-  EXPECT_FALSE(find_quant_recipe("Q2_K")) << "no Q2_K kernels yet";
   EXPECT_FALSE(find_quant_recipe("Q8_K")) << "an activation type, not a weight type";
   EXPECT_FALSE(find_quant_recipe(""));
   EXPECT_THROW(pure_quant_recipe(DType::Q8_K), Error);
@@ -435,10 +466,10 @@ TEST(Requantize, ErrorCases) {
   EXPECT_THROW(requantize_gguf(dir + "/missing.gguf", dir + "/out.gguf", DType::Q4_K,
                                [](const RequantizeNote&) {}),
                Error);
-  EXPECT_THROW(requantize_gguf(dir + "/keep.gguf", dir + "/out.gguf", DType::Q2_K,
+  EXPECT_THROW(requantize_gguf(dir + "/keep.gguf", dir + "/out.gguf", DType::IQ2_XXS,
                                [](const RequantizeNote&) {}),
                Error)
-      << "no kernels for Q2_K";
+      << "no quantizer for IQ2_XXS";
 }
 
 }  // namespace

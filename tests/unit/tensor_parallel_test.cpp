@@ -175,7 +175,9 @@ TEST(RowParallel, ShardSumsEqualTheWholeMatmulForEveryFormat) {
       // Whole-block shards see the same activation blocks as the whole row: only the order of the
       // float sums differs. A cut inside a block multiplies F32 activations instead of the
       // format's quantized ones: that format's activation rounding (Q8 of an N(0,1) row) apart.
-      const bool exact_blocks = cut % f.block_size == 0;
+      // W8A8 quantizes a token's activations over the whole row (each shard's slice on its own),
+      // so every cut changes their scale.
+      const bool exact_blocks = cut % f.block_size == 0 && f.type != DType::W8A8;
       EXPECT_LE(worst, (exact_blocks ? 1e-5 : 2e-2) * scale)
           << dtype_name(f.type) << " cut at " << cut << " of " << cols;
     }

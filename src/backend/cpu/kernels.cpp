@@ -24,10 +24,11 @@ constexpr KernelTable kScalarTable{Isa::Scalar, "scalar", scalar_format_kernels,
 #if defined(__x86_64__)
 constexpr auto avx2_format_kernels = first_of<avx2_float_kernels, avx2_q8_0_kernels, avx2_q4_0_kernels, avx2_q8_kernels,
                                               avx2_kquant_kernels, avx2_iq4_kernels, avx2_iq3_kernels, avx2_iq_grid_kernels,
-                                              avx2_ternary_kernels, avx2_mxfp4_kernels>;
+                                              avx2_ternary_kernels, avx2_mxfp4_kernels, avx2_w8a8_kernels>;
 constexpr auto avx512_format_kernels =
-    first_of<avx512_float_kernels, avx512_q8_kernels, avx512_kquant_kernels, avx512_iq_kernels, avx2_kquant_kernels_without_avx512,
-             avx2_iq4_kernels, avx2_iq3_kernels, avx2_iq_grid_kernels, avx2_ternary_kernels, avx2_mxfp4_kernels>;
+    first_of<avx512_float_kernels, avx512_q8_kernels, avx512_kquant_kernels, avx512_iq_kernels,
+             avx2_iq4_kernels, avx2_iq3_kernels, avx2_iq_grid_kernels, avx2_ternary_kernels, avx2_mxfp4_kernels,
+             avx512_w8a8_kernels>;
 
 constexpr KernelTable kAvx2Table{Isa::Avx2, "avx2", avx2_format_kernels, &kAvx2Attention, &kAvx2Activations};
 // The activations stay on AVX2 code (a small share of a step).

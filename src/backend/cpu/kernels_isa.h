@@ -13,14 +13,15 @@ const FormatKernels* avx2_float_kernels(DType weight_type);     // kernels_float
 const FormatKernels* avx2_q8_kernels(DType weight_type);        // kernels_q8_avx2.cpp
 const FormatKernels* avx2_q8_0_kernels(DType weight_type);      // kernels_q8_0_avx2.cpp
 const FormatKernels* avx2_q4_0_kernels(DType weight_type);      // kernels_q4_0_avx2.cpp
-const FormatKernels* avx2_kquant_kernels(DType weight_type);    // kernels_kquant_avx2.cpp
+const FormatKernels* avx2_kquant_kernels(DType weight_type);    // kernels_kquant_avx2.cpp (all k-quants)
+const FormatKernels* avx2_kquant16_kernels(DType weight_type);  // kernels_kquant16_avx2.cpp (Q6_K, Q3_K, Q2_K)
 const FormatKernels* avx2_iq4_kernels(DType weight_type);       // kernels_iq4_avx2.cpp
 const FormatKernels* avx2_iq3_kernels(DType weight_type);       // kernels_iq3_avx2.cpp
 const FormatKernels* avx2_iq_grid_kernels(DType weight_type);   // kernels_iq_grid_avx2.cpp
 const FormatKernels* avx2_ternary_kernels(DType weight_type);   // kernels_ternary_avx2.cpp
 const FormatKernels* avx2_mxfp4_kernels(DType weight_type);     // kernels_mxfp4_avx2.cpp
-// The AVX2 k-quant kernels the AVX-512 table uses, for the formats it has none of (Q3_K).
-const FormatKernels* avx2_kquant_kernels_without_avx512(DType weight_type);
+const FormatKernels* avx2_w8a8_kernels(DType weight_type);      // kernels_w8a8_avx2.cpp
+const FormatKernels* avx512_w8a8_kernels(DType weight_type);    // kernels_w8a8_avx512.cpp
 
 const FormatKernels* avx512_float_kernels(DType weight_type);   // kernels_float_avx512.cpp
 const FormatKernels* avx512_q8_kernels(DType weight_type);      // kernels_q8_avx512.cpp

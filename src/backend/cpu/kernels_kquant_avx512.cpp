@@ -1,8 +1,8 @@
-// AVX-512 kernels for the k-quants Q4_K, Q5_K and Q6_K (those of llama.cpp's Q4_K_M and Q5_K_M
-// files) against Q8_K activations in the lane-major layout (kernels_lanes_avx512.h). A weight
+// AVX-512 kernels for the k-quants Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (those of llama.cpp's Q2_K,
+// Q3_K_M, Q4_K_M and Q5_K_M files) against Q8_K activations in the lane-major layout (kernels_lanes_avx512.h). A weight
 // decoder gathers its levels into the lanes' order (one vpermt2d per vector) and cuts the bits
 // out with one GF2P8AFFINEQB per vector (a bit matrix per qword: the low or the high nibble of
-// each byte, or Q5_K/Q6_K's top bits moved into place).
+// each byte, Q2_K/Q3_K's 2-bit field, or Q3_K/Q5_K/Q6_K's top bits moved into place).
 
 #include "backend/cpu/kernels_lanes_avx512.h"  // first: its target pragma covers this file
 #include "backend/cpu/kernels_isa.h"
@@ -67,15 +67,38 @@ constexpr QwordMatrix q6k_high_bits() {
   return matrix;
 }
 
-template <bool kFiveBit>
-struct Q45KKernel {
-  static constexpr int64_t kBlockBytes = kFiveBit ? 176 : 144, kStepBytes = kBlockBytes;
+// Q2_K/Q3_K qs: element 128h + 32k + l is bits 2k, 2k + 1 of qs[32h + l]; group p (h = p / 8,
+// k = (p % 8) / 2, l = 16 (p % 2) + 4v ..) is dword 8h + 4 (p % 2) + v, and both lanes of qword q
+// have k = q % 4.
+constexpr DwordIndex q2k_gather(int v) {
+  DwordIndex index{};
+  for (int p = 0; p < 16; ++p) index.i[p] = 8 * (p / 8) + 4 * (p % 2) + v;
+  return index;
+}
+constexpr QwordMatrix q2k_crumbs() {  // bits 2k, 2k + 1 -> bits 0, 1
+  QwordMatrix matrix{};
+  for (int q = 0; q < 8; ++q) matrix.m[q] = uint64_t(1u << (2 * (q % 4))) << 56 | uint64_t(2u << (2 * (q % 4))) << 48;
+  return matrix;
+}
+// Q3_K hmask: the high bit of element 128h + 32k + l is bit 4h + k of hmask[l]: group p is dword
+// 4 (p % 2) + v, and for qword q (h = q / 4, k = q % 4) the bit is bit q.
+constexpr DwordIndex q3k_high_gather(int v) {
+  DwordIndex index{};
+  for (int p = 0; p < 16; ++p) index.i[p] = 4 * (p % 2) + v;
+  return index;
+}
+constexpr QwordMatrix q3k_high_bit() {  // bit q -> bit 2
+  QwordMatrix matrix{};
+  for (int q = 0; q < 8; ++q) matrix.m[q] = uint64_t(1u << q) << 40;
+  return matrix;
+}
+
+// What the formats with a scale and a min per group share (Q4_K, Q5_K, Q2_K): levels from 0, acc +=
+// float(sum of 4 dpbusd) * scale_p * d_a + min_p * (d_a * sum of group p's activations, the
+// lanes' extra). K supplies kBlockBytes and load_w.
+template <class K>
+struct AffineLanesKernel {
   static constexpr int kRows = 8, kTokens = 2, kDecodeRows = 4, kPackSteps = 8, kSmallBatchRows = 2;
-  static constexpr DwordIndex kGather[4] = {q4k_gather(0), q4k_gather(1), q4k_gather(2), q4k_gather(3)};
-  static constexpr QwordMatrix kNibbles = q4k_nibbles();
-  static constexpr DwordIndex kHighGather[4] = {q5k_high_gather(0), q5k_high_gather(1), q5k_high_gather(2),
-                                                q5k_high_gather(3)};
-  static constexpr QwordMatrix kHighBit = q5k_high_bit();
   using Acc = __m512;
   using A = const uint8_t*;
   struct W {
@@ -86,6 +109,27 @@ struct Q45KKernel {
   static int64_t steps(int64_t k) { return k / 256; }
   static int64_t direct_steps(int64_t k) { return k / 256; }
   static Acc zero() { return _mm512_setzero_ps(); }
+  static W load_w_tail(const uint8_t* row, int64_t s, int64_t) { return K::load_w(row, s); }
+  static A load_a(const uint8_t* act, int64_t s) { return act + s * LaneLayout::kBlockBytes; }
+  static void mac(Acc& acc, const W& w, A a) {
+    __m512i lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.q[0], lane_q(a, 0));
+    for (int v = 1; v < 4; ++v) lanes = _mm512_dpbusd_epi32(lanes, w.q[v], lane_q(a, v));
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lanes), w.scale), lane_d(a), acc);
+    acc = _mm512_fmadd_ps(w.min, _mm512_load_ps(a + LaneLayout::kExtra), acc);
+  }
+  static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
+};
+
+template <bool kFiveBit>
+struct Q45KKernel : AffineLanesKernel<Q45KKernel<kFiveBit>> {
+  using W = typename AffineLanesKernel<Q45KKernel<kFiveBit>>::W;
+
+  static constexpr int64_t kBlockBytes = kFiveBit ? 176 : 144, kStepBytes = kBlockBytes;
+  static constexpr DwordIndex kGather[4] = {q4k_gather(0), q4k_gather(1), q4k_gather(2), q4k_gather(3)};
+  static constexpr QwordMatrix kNibbles = q4k_nibbles();
+  static constexpr DwordIndex kHighGather[4] = {q5k_high_gather(0), q5k_high_gather(1), q5k_high_gather(2),
+                                                q5k_high_gather(3)};
+  static constexpr QwordMatrix kHighBit = q5k_high_bit();
   static __m512 per_group(uint64_t bytes, float factor) {
     return _mm512_mul_ps(_mm512_cvtepi32_ps(per_group_bytes(bytes)), _mm512_set1_ps(factor));
   }
@@ -109,15 +153,6 @@ struct Q45KKernel {
     }
     return w;
   }
-  static W load_w_tail(const uint8_t* row, int64_t s, int64_t) { return load_w(row, s); }
-  static A load_a(const uint8_t* act, int64_t s) { return act + s * LaneLayout::kBlockBytes; }
-  static void mac(Acc& acc, const W& w, A a) {
-    __m512i lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.q[0], lane_q(a, 0));
-    for (int v = 1; v < 4; ++v) lanes = _mm512_dpbusd_epi32(lanes, w.q[v], lane_q(a, v));
-    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(lanes), w.scale), lane_d(a), acc);
-    acc = _mm512_fmadd_ps(w.min, _mm512_load_ps(a + LaneLayout::kExtra), acc);
-  }
-  static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
 
 struct Q6KKernel : OffsetLanesKernel<Q6KKernel> {
@@ -144,6 +179,60 @@ struct Q6KKernel : OffsetLanesKernel<Q6KKernel> {
   }
 };
 
+// Q2_K: 16 groups of 16 with a 4-bit scale and min each (scales[p]: low and high nibble), levels
+// 0..3 from qs at 16; d, dmin at 80, 82. Q4_K's arithmetic per group.
+struct Q2KKernel : AffineLanesKernel<Q2KKernel> {
+
+  static constexpr int64_t kBlockBytes = 84, kStepBytes = kBlockBytes;
+  static constexpr DwordIndex kGather[4] = {q2k_gather(0), q2k_gather(1), q2k_gather(2), q2k_gather(3)};
+  static constexpr QwordMatrix kCrumbs = q2k_crumbs();
+  static W load_w(const uint8_t* row, int64_t s) {
+    const uint8_t* p = row + s * kBlockBytes;
+    W w;
+    const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m512i low4 = _mm512_set1_epi32(15);
+    w.scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(codes, low4)), _mm512_set1_ps(fp16_to_f32(load_u16(p + 80))));
+    w.min = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(codes, 4)), _mm512_set1_ps(-fp16_to_f32(load_u16(p + 82))));
+    const __m512i qs = _mm512_loadu_si512(p + 16);
+    for (int v = 0; v < 4; ++v) w.q[v] = gather_bits(qs, kGather[v], qs, kCrumbs);
+    return w;
+  }
+};
+
+// Q3_K: levels q = low 2 bits (qs at 32) | high bit (hmask at 0) << 2, value q - 4 (the lanes start
+// at -4 bsum_p); signed 6-bit scales (12 bytes at 96) against d at 108.
+struct Q3KKernel : OffsetLanesKernel<Q3KKernel> {
+  static constexpr int64_t kBlockBytes = 110, kStepBytes = 110;
+  static constexpr DwordIndex kLowGather[4] = {q2k_gather(0), q2k_gather(1), q2k_gather(2), q2k_gather(3)};
+  static constexpr DwordIndex kHighGather[4] = {q3k_high_gather(0), q3k_high_gather(1), q3k_high_gather(2),
+                                                q3k_high_gather(3)};
+  static constexpr QwordMatrix kCrumbs = q2k_crumbs(), kHighBit = q3k_high_bit();
+  // The 16 scale codes (quant/blocks.h: low 4 bits of code j in byte j % 8, high nibble for j >= 8;
+  // top 2 bits in byte 8 + j % 4 at 2 (j / 4)), minus 32, four at a time.
+  static __m128i scales_i8(const uint8_t* p) {
+    uint32_t words[4];
+    quant::q3k_scale_code_words(p + 96, words);
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(words));
+    return _mm_sub_epi8(codes, _mm_set1_epi8(32));
+  }
+  static W load_w(const uint8_t* row, int64_t s) {
+    const uint8_t* p = row + s * kBlockBytes;
+    W w;
+    w.scale = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(scales_i8(p))),
+                            _mm512_set1_ps(fp16_to_f32(load_u16(p + 108))));
+    const __m512i qs = _mm512_loadu_si512(p + 32);
+    const __m512i hmask = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    for (int v = 0; v < 4; ++v) {
+      const __m512i high = _mm512_gf2p8affine_epi64_epi8(_mm512_permutexvar_epi32(_mm512_load_si512(kHighGather[v].i), hmask),
+                                                         _mm512_load_si512(kHighBit.m), 0);
+      w.q[v] = _mm512_or_si512(gather_bits(qs, kLowGather[v], qs, kCrumbs), high);
+    }
+    return w;
+  }
+};
+
+constexpr FormatKernels kQ2K{DType::Q2_K, LaneLayout::row_bytes, convert_q8_k_lanes<0>, matmul_tile<Q2KKernel>};
+constexpr FormatKernels kQ3K{DType::Q3_K, LaneLayout::row_bytes, convert_q8_k_lanes<4>, matmul_tile<Q3KKernel>};
 constexpr FormatKernels kQ4K{DType::Q4_K, LaneLayout::row_bytes, convert_q8_k_lanes<0>,
                              matmul_tile<Q45KKernel<false>>};
 constexpr FormatKernels kQ5K{DType::Q5_K, LaneLayout::row_bytes, convert_q8_k_lanes<0>,
@@ -157,6 +246,8 @@ const FormatKernels* avx512_kquant_kernels(DType weight_type) {
     case DType::Q4_K: return &kQ4K;
     case DType::Q5_K: return &kQ5K;
     case DType::Q6_K: return &kQ6K;
+    case DType::Q3_K: return &kQ3K;
+    case DType::Q2_K: return &kQ2K;
     default: return nullptr;
   }
 }

@@ -1,6 +1,6 @@
 // Activation converter shared by the AVX2 and AVX-512 kernels of the formats with Q8_K activations
-// (kernels_kquant_*.cpp, kernels_iq4_avx2.cpp, kernels_iq3_avx2.cpp, which alone include it;
-// AVX2 code with internal linkage, see kernels_tile.h).
+// (kernels_kquant_*.cpp, kernels_iq*_avx2.cpp, kernels_ternary_avx2.cpp; kernels_w8a8_avx2.cpp for
+// round_to_int8x32; AVX2 code with internal linkage, see kernels_tile.h).
 //
 // The values are bit for bit those of quant's quantize_row_q8_K (per 256: d = amax / 127 in F32,
 // q = x * (127 / amax) rounded to nearest even and clamped to +-127, bsums = sums of 16 q's),
@@ -18,6 +18,21 @@
 
 namespace kestrel::cpu {
 namespace {
+
+// x[0..32) * inverse rounded to nearest (ties to even) and clamped to [-127, 127], as 32 int8 in
+// order: the per-token int8 activation quantizers' inner step.
+inline __m256i round_to_int8x32(const float* x, __m256 inverse) {
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  __m256i v[4];
+  for (int j = 0; j < 4; ++j) {
+    __m256 s = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * j), inverse);
+    s = _mm256_round_ps(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v[j] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(s, lo), hi));
+  }
+  return _mm256_permutevar8x32_epi32(
+      _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3])),
+      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
 
 struct Q8KLayout {
   static constexpr int64_t kQs = 0, kBsums = 256, kScale = 288, kBlockBytes = 320;
@@ -38,18 +53,9 @@ inline void convert_q8_k(const float* x, uint8_t* out, int64_t k) {
     const float amax = _mm_cvtss_f32(h);
     const float d = amax / 127.0f;
     const __m256 inverse = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
     alignas(32) int8_t q[256];
     for (int i = 0; i < 256; i += 32) {
-      __m256i v[4];
-      for (int j = 0; j < 4; ++j) {
-        __m256 s = _mm256_mul_ps(_mm256_loadu_ps(xb + i + 8 * j), inverse);
-        s = _mm256_round_ps(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        v[j] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(s, lo), hi));
-      }
-      const __m256i bytes = _mm256_permutevar8x32_epi32(
-          _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3])),
-          _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      const __m256i bytes = round_to_int8x32(xb + i, inverse);
       _mm256_store_si256(reinterpret_cast<__m256i*>(q + i), bytes);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(block + Q8KLayout::kQs + i), bytes);
     }

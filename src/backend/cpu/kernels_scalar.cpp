@@ -62,14 +62,14 @@ const FormatKernels* lookup(DType type) {
 const FormatKernels* scalar_format_kernels(DType weight_type) {
   return lookup<DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
                 DType::Q5_0, DType::Q5_1, DType::Q8_1,
-                DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K, DType::IQ4_NL, DType::IQ4_XS,
+                DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K, DType::IQ4_NL, DType::IQ4_XS,
                 DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ1_S, DType::IQ1_M,
                 DType::TQ1_0, DType::TQ2_0, DType::MXFP4,
                 DType::IQ3_XXS, DType::IQ3_S,
                 DType::INT8_PC,
                 DType::INT4_SYM_G32, DType::INT4_SYM_G64, DType::INT4_SYM_G128,
                 DType::INT4_ASYM_G32, DType::INT4_ASYM_G64, DType::INT4_ASYM_G128,
-                DType::FP8_E4M3_PC>(weight_type);
+                DType::FP8_E4M3_PC, DType::W8A8>(weight_type);
 }
 
 }  // namespace kestrel::cpu

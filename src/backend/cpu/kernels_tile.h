@@ -20,6 +20,8 @@
 //   K::load_a(act, s)        step s of a converted activation row
 //   K::mac(acc, w, a)        acc += w . a
 //   K::finish(acc, row)      the dot product as a float (row: for per-row scales)
+//   K::finish_token(acc, row, act)  optional, instead of finish: for activation rows that carry
+//                            per-token data (W8A8's token scale); act is the token's converted row
 //   K::kPackSteps            optional: for batches of at least K::kTokens tokens, decode each
 //                            weight row tile once per chunk of kPackSteps steps into an L1 buffer
 //                            and run every token tile of the block over that chunk, keeping the
@@ -93,6 +95,17 @@ constexpr int kSmallBatchTokens = 8;
 constexpr int kSmallBatchTokens = 3;
 #endif
 
+// K::finish_token when the format has it, else K::finish.
+template <class K>
+inline float finish_dot(const typename K::Acc& acc, const uint8_t* w_row, const uint8_t* a_row) {
+  if constexpr (requires { K::finish_token(acc, w_row, a_row); }) {
+    return K::finish_token(acc, w_row, a_row);
+  } else {
+    (void)a_row;
+    return K::finish(acc, w_row);
+  }
+}
+
 template <class K, int R, int T>
 void micro_tile(const uint8_t* w, int64_t w_stride, const uint8_t* a, int64_t a_stride, int64_t k,
                 float* y, int64_t y_stride) {
@@ -144,7 +157,7 @@ void micro_tile(const uint8_t* w, int64_t w_stride, const uint8_t* a, int64_t a_
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) y[t * y_stride + r] = K::finish(acc[r][t], w + r * w_stride);
+    for (int t = 0; t < T; ++t) y[t * y_stride + r] = finish_dot<K>(acc[r][t], w + r * w_stride, a + t * a_stride);
   }
 }
 
@@ -247,7 +260,7 @@ void packed_rows(const uint8_t* w, int64_t w_stride, const uint8_t* a, int64_t a
     packed_tokens<K, R>(pack, kChunk, a, a_stride, n, s0, s1, acc);
   }
   for (int r = 0; r < R; ++r) {
-    for (int64_t t = 0; t < n; ++t) y[t * y_stride + r] = K::finish(acc[t * R + r], w + r * w_stride);
+    for (int64_t t = 0; t < n; ++t) y[t * y_stride + r] = finish_dot<K>(acc[t * R + r], w + r * w_stride, a + t * a_stride);
   }
 }
 

@@ -53,7 +53,7 @@ struct GptqStats {
 };
 
 // True for the formats GPTQ can target (calib/grid_format.h: Q4_K, INT4_SYM_G32/64/128,
-// INT4_ASYM_G32/64/128).
+// INT4_ASYM_G32/64/128, INT3_ASYM_G64/128, INT2_ASYM_G64/128).
 bool gptq_supports(DType type);
 
 // The Hessian accumulator's product 2/n X^T X over every input it was shown: [cols][cols],

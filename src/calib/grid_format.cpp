@@ -55,6 +55,29 @@ class Int4Grid : public GridFormat {
   bool symmetric_;
 };
 
+// Kestrel's INT3 / INT2 asymmetric per-group formats: one grid (levels 0 .. 2^Bits - 1 above the
+// min) per block of G values.
+template <int G, int Bits>
+class IntLowBitGrid : public GridFormat {
+ public:
+  explicit IntLowBitGrid(DType type) : GridFormat(type, G, G, sizeof(quant::BlockIntLowBit<G, Bits>)) {}
+
+  void choose(const float* values, const float* importance, uint8_t* block, AffineGrid* grids) const override {
+    quant::quantize_row_with_importance(quant::require_format(type()), values, block, G, importance);
+    quant::BlockIntLowBit<G, Bits> b;
+    std::memcpy(&b, block, sizeof b);
+    AffineGrid& grid = grids[0];
+    grid.step = fp16_to_float(b.d);
+    grid.inverse = grid.step != 0.0f ? 1.0f / grid.step : 0.0f;
+    grid.shift = -fp16_to_float(b.m), grid.qmin = 0, grid.qmax = (1 << Bits) - 1, grid.offset = 0;
+  }
+
+  void set_levels(uint8_t* block, const uint8_t* levels) const override {
+    using Block = quant::BlockIntLowBit<G, Bits>;
+    quant::pack_lowbit_levels<G, Bits>(levels, block + offsetof(Block, q));
+  }
+};
+
 // llama.cpp's Q4_K: super-blocks of 256 values, one grid per 32-value sub-block from the F16 d and
 // dmin times that sub-block's 6-bit scale and min codes.
 class Q4KGrid : public GridFormat {
@@ -92,10 +115,16 @@ const GridFormat* find(DType type) {
       sym128(DType::INT4_SYM_G128, 128, true), asym32(DType::INT4_ASYM_G32, 32, false),
       asym64(DType::INT4_ASYM_G64, 64, false), asym128(DType::INT4_ASYM_G128, 128, false);
   static const Q4KGrid q4k;
+  static const IntLowBitGrid<64, 3> int3_64(DType::INT3_ASYM_G64);
+  static const IntLowBitGrid<128, 3> int3_128(DType::INT3_ASYM_G128);
+  static const IntLowBitGrid<64, 2> int2_64(DType::INT2_ASYM_G64);
+  static const IntLowBitGrid<128, 2> int2_128(DType::INT2_ASYM_G128);
   for (const GridFormat* f : {static_cast<const GridFormat*>(&sym32), static_cast<const GridFormat*>(&sym64),
                               static_cast<const GridFormat*>(&sym128), static_cast<const GridFormat*>(&asym32),
                               static_cast<const GridFormat*>(&asym64), static_cast<const GridFormat*>(&asym128),
-                              static_cast<const GridFormat*>(&q4k)}) {
+                              static_cast<const GridFormat*>(&q4k), static_cast<const GridFormat*>(&int3_64),
+                              static_cast<const GridFormat*>(&int3_128), static_cast<const GridFormat*>(&int2_64),
+                              static_cast<const GridFormat*>(&int2_128)}) {
     if (f->type() == type) return f;
   }
   return nullptr;
@@ -108,7 +137,8 @@ bool GridFormat::supports(DType type) { return find(type) != nullptr; }
 const GridFormat& GridFormat::of(DType type) {
   const GridFormat* f = find(type);
   if (f == nullptr) {
-    fail("GPTQ cannot target {}: it quantizes to Q4_K, INT4_SYM_G32/G64/G128 and INT4_ASYM_G32/G64/G128",
+    fail("GPTQ cannot target {}: it quantizes to Q4_K, INT4_SYM_G32/G64/G128, INT4_ASYM_G32/G64/G128, "
+         "INT3_ASYM_G64/G128 and INT2_ASYM_G64/G128",
          dtype_name(type));
   }
   return *f;

@@ -45,6 +45,10 @@ constexpr QuantRecipe kRecipes[] = {
     {"INT4_ASYM_G32", DType::INT4_ASYM_G32, QuantMix::Pure, uint32_t(DType::INT4_ASYM_G32)},
     {"INT4_ASYM_G64", DType::INT4_ASYM_G64, QuantMix::Pure, uint32_t(DType::INT4_ASYM_G64)},
     {"INT4_ASYM_G128", DType::INT4_ASYM_G128, QuantMix::Pure, uint32_t(DType::INT4_ASYM_G128)},
+    {"INT3_ASYM_G64", DType::INT3_ASYM_G64, QuantMix::Pure, uint32_t(DType::INT3_ASYM_G64)},
+    {"INT3_ASYM_G128", DType::INT3_ASYM_G128, QuantMix::Pure, uint32_t(DType::INT3_ASYM_G128)},
+    {"INT2_ASYM_G64", DType::INT2_ASYM_G64, QuantMix::Pure, uint32_t(DType::INT2_ASYM_G64)},
+    {"INT2_ASYM_G128", DType::INT2_ASYM_G128, QuantMix::Pure, uint32_t(DType::INT2_ASYM_G128)},
     {"FP8_E4M3_PC", DType::FP8_E4M3_PC, QuantMix::Pure, uint32_t(DType::FP8_E4M3_PC)},
     {"W8A8", DType::W8A8, QuantMix::Pure, uint32_t(DType::W8A8)},
 };
@@ -96,8 +100,14 @@ bool use_more_bits(int64_t i, int64_t n) {
   return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
 }
 
-DType smaller_int4_group(DType type) {
+// Kestrel's per-group formats: the same bits on smaller groups; INT3/INT2 G64 rows that are not a
+// multiple of 64 take INT4 on groups of 32 (the closest smaller grid that fits).
+DType smaller_int_group(DType type) {
   switch (type) {
+    case DType::INT3_ASYM_G128: return DType::INT3_ASYM_G64;
+    case DType::INT2_ASYM_G128: return DType::INT2_ASYM_G64;
+    case DType::INT3_ASYM_G64:
+    case DType::INT2_ASYM_G64: return DType::INT4_ASYM_G32;
     case DType::INT4_SYM_G128: return DType::INT4_SYM_G64;
     case DType::INT4_SYM_G64: return DType::INT4_SYM_G32;
     case DType::INT4_ASYM_G128: return DType::INT4_ASYM_G64;
@@ -139,7 +149,7 @@ std::string quant_recipe_names() {
 }
 
 DType quant_type_that_fits(DType wanted, int64_t row_length) {
-  for (DType type = wanted;; type = smaller_int4_group(type)) {
+  for (DType type = wanted;; type = smaller_int_group(type)) {
     if (row_length % dtype_layout(type).block_size == 0) return type;
     // llama.cpp's tensor_type_fallback: each k-quant to the 32-block type of about its precision.
     const DType smaller = type == DType::Q3_K || type == DType::Q2_K ? DType::Q4_0 : type == DType::Q4_K ? DType::Q5_0

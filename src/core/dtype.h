@@ -65,6 +65,13 @@ enum class DType : uint32_t {
   // quantized per token to int8 (one scale per token row, INT8_PC's layout again), so a row's dot is
   // one integer sum and one float product; SmoothQuant's target format.
   W8A8 = 1008,
+  // INT3 / INT2 per group of G (64, 128), asymmetric (GPTQ's and AWQ's zero-point grids): per group
+  // an F16 scale d, an F16 min m, the low 2 bits of every level (G/4 bytes) and for INT3 the high
+  // bits (G/8 bytes); x = d * q + m, q in [0, 7] / [0, 3]. Bit order in quant/blocks.h.
+  INT3_ASYM_G64 = 1009,
+  INT3_ASYM_G128 = 1010,
+  INT2_ASYM_G64 = 1011,
+  INT2_ASYM_G128 = 1012,
 };
 
 // Storage layout of a type: a row of n elements is `row_header_bytes` (per-row data such as a

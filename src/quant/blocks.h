@@ -307,6 +307,40 @@ struct BlockInt4Asym {
 static_assert(sizeof(BlockInt4Asym<32>) == 20 && sizeof(BlockInt4Asym<64>) == 36 &&
               sizeof(BlockInt4Asym<128>) == 68);
 
+// INT3 / INT2, asymmetric, per group of G (64 or 128): x = d * q + m. q holds the levels in bit
+// planes strided so that a shift and a mask give 32 consecutive values (one activation block): the
+// low 2 bits of value i at bits 2 (i / (G/4)) of byte i % (G/4) (G/4 bytes), then for INT3 the high
+// bit of value i at bit i / (G/8) of byte G/4 + i % (G/8) (G/8 bytes).
+template <int G, int Bits>
+struct BlockIntLowBit {
+  static_assert((G == 64 || G == 128) && (Bits == 2 || Bits == 3));
+  uint16_t d;  // F16 bits
+  uint16_t m;  // F16 bits
+  uint8_t q[G * Bits / 8];
+};
+static_assert(sizeof(BlockIntLowBit<64, 3>) == 28 && sizeof(BlockIntLowBit<128, 3>) == 52 &&
+              sizeof(BlockIntLowBit<64, 2>) == 20 && sizeof(BlockIntLowBit<128, 2>) == 36);
+
+// The level of value i of an INT3/INT2 group's q.
+template <int G, int Bits>
+inline int lowbit_level(const uint8_t* q, int i) {
+  int level = (q[i % (G / 4)] >> (2 * (i / (G / 4)))) & 3;
+  if constexpr (Bits == 3) level |= ((q[G / 4 + i % (G / 8)] >> (i / (G / 8))) & 1) << 2;
+  return level;
+}
+
+// Packs G levels (each below 2^Bits) into an INT3/INT2 group's q.
+template <int G, int Bits>
+inline void pack_lowbit_levels(const uint8_t* levels, uint8_t* q) {
+  for (int b = 0; b < G * Bits / 8; ++b) q[b] = 0;
+  for (int i = 0; i < G; ++i) {
+    q[i % (G / 4)] = uint8_t(q[i % (G / 4)] | (levels[i] & 3) << (2 * (i / (G / 4))));
+    if constexpr (Bits == 3) {
+      q[G / 4 + i % (G / 8)] = uint8_t(q[G / 4 + i % (G / 8)] | ((levels[i] >> 2) & 1) << (i / (G / 8)));
+    }
+  }
+}
+
 // INT8_PC and FP8_E4M3_PC rows: a 4-byte F32 scale (the row header, read with memcpy: a row of
 // FP8_E4M3_PC may start at any byte), then one byte per element.
 inline constexpr int64_t kPerChannelHeaderBytes = 4;

@@ -100,6 +100,10 @@ MinFields min_fields(DType type) {
     case DType::INT4_ASYM_G32:
     case DType::INT4_ASYM_G64:
     case DType::INT4_ASYM_G128:
+    case DType::INT3_ASYM_G64:
+    case DType::INT3_ASYM_G128:
+    case DType::INT2_ASYM_G64:
+    case DType::INT2_ASYM_G128:
       return {true, 0, 2};
     default:
       return {};
@@ -377,6 +381,14 @@ std::vector<uint8_t> identity_row(const WeightFormat& format, int64_t k, int64_t
     case DType::INT4_ASYM_G128:
       src[size_t(r)] = 15.0f;  // d = 1, m = 0, level 15
       break;
+    case DType::INT3_ASYM_G64:
+    case DType::INT3_ASYM_G128:
+      src[size_t(r)] = 7.0f;  // d = 1, m = 0, level 7
+      break;
+    case DType::INT2_ASYM_G64:
+    case DType::INT2_ASYM_G128:
+      src[size_t(r)] = 3.0f;  // d = 1, m = 0, level 3
+      break;
     case DType::Q5_0:
       src[size_t(r)] = -16.0f;  // d = 1, level 0 (value -16)
       break;
@@ -414,6 +426,12 @@ double identity_value(DType type) {
     case DType::INT4_ASYM_G64:
     case DType::INT4_ASYM_G128:
       return 15.0;
+    case DType::INT3_ASYM_G64:
+    case DType::INT3_ASYM_G128:
+      return 7.0;
+    case DType::INT2_ASYM_G64:
+    case DType::INT2_ASYM_G128:
+      return 3.0;
     case DType::Q5_0:
       return -16.0;
     case DType::Q5_1:
@@ -498,7 +516,8 @@ TEST(CpuBackendIsa, EveryIsaThroughTheBackend) {
     for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K,
                        DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::IQ3_XXS, DType::IQ3_S,
                        DType::IQ2_XXS, DType::IQ1_M, DType::TQ1_0, DType::TQ2_0, DType::MXFP4, DType::INT8_PC,
-                       DType::INT4_SYM_G128, DType::INT4_ASYM_G32, DType::FP8_E4M3_PC}) {
+                       DType::INT4_SYM_G128, DType::INT4_ASYM_G32, DType::INT3_ASYM_G128, DType::INT2_ASYM_G64,
+                       DType::FP8_E4M3_PC}) {
       const WeightFormat& format = quant::require_format(type);
       const int64_t rows = 45;
       const int64_t k = lengths_for(format)[1];

@@ -30,18 +30,29 @@ constexpr double kU = 0x1p-24;
 
 const DType kKestrelTypes[] = {DType::INT8_PC,       DType::INT4_SYM_G32,  DType::INT4_SYM_G64,
                                DType::INT4_SYM_G128, DType::INT4_ASYM_G32, DType::INT4_ASYM_G64,
-                               DType::INT4_ASYM_G128, DType::FP8_E4M3_PC};
+                               DType::INT4_ASYM_G128, DType::INT3_ASYM_G64, DType::INT3_ASYM_G128,
+                               DType::INT2_ASYM_G64, DType::INT2_ASYM_G128, DType::FP8_E4M3_PC};
 
 int group_of(DType t) {
   switch (t) {
-    case DType::INT4_SYM_G64: case DType::INT4_ASYM_G64: return 64;
-    case DType::INT4_SYM_G128: case DType::INT4_ASYM_G128: return 128;
+    case DType::INT4_SYM_G64: case DType::INT4_ASYM_G64: case DType::INT3_ASYM_G64: case DType::INT2_ASYM_G64:
+      return 64;
+    case DType::INT4_SYM_G128: case DType::INT4_ASYM_G128: case DType::INT3_ASYM_G128: case DType::INT2_ASYM_G128:
+      return 128;
     case DType::FP8_E4M3_PC: return 1;
     default: return 32;
   }
 }
 bool is_asym(DType t) {
-  return t == DType::INT4_ASYM_G32 || t == DType::INT4_ASYM_G64 || t == DType::INT4_ASYM_G128;
+  return t == DType::INT4_ASYM_G32 || t == DType::INT4_ASYM_G64 || t == DType::INT4_ASYM_G128 ||
+         t == DType::INT3_ASYM_G64 || t == DType::INT3_ASYM_G128 || t == DType::INT2_ASYM_G64 ||
+         t == DType::INT2_ASYM_G128;
+}
+// The top level of an asymmetric format: 2^bits - 1.
+int max_level(DType t) {
+  if (t == DType::INT3_ASYM_G64 || t == DType::INT3_ASYM_G128) return 7;
+  if (t == DType::INT2_ASYM_G64 || t == DType::INT2_ASYM_G128) return 3;
+  return 15;
 }
 bool is_sym4(DType t) {
   return t == DType::INT4_SYM_G32 || t == DType::INT4_SYM_G64 || t == DType::INT4_SYM_G128;
@@ -200,12 +211,13 @@ std::vector<double> error_bounds(DType t, const std::vector<float>& x) {
         const double ad = std::fabs(d);
         bound[i] = std::max(ad * 0.5, std::fabs(x[i]) - 7 * ad) + ad * 1e-5 + 4 * kU * std::fabs(x[i]);
       } else {
-        // d = (max - min) / 15 and m = min, each stored as F16; the stored grid m' + d' [0, 15]
-        // misses [min, max] by at most |m - m'| + 15 |d - d'|.
-        const double d = (double(hi) - lo) / 15.0;
+        // d = (max - min) / L and m = min (L = 15, 7, 3: the top level), each stored as F16; the
+        // stored grid m' + d' [0, L] misses [min, max] by at most |m - m'| + L |d - d'|.
+        const int levels = max_level(t);
+        const double d = (double(hi) - lo) / levels;
         const double d16 = fp16_to_float(float_to_fp16(float(d)));
         const double m16 = fp16_to_float(float_to_fp16(lo));
-        bound[i] = d16 * (0.5 + 1e-5) + std::fabs(lo - m16) + 15 * std::fabs(d - d16) +
+        bound[i] = d16 * (0.5 + 1e-5) + std::fabs(lo - m16) + levels * std::fabs(d - d16) +
                    4 * kU * (std::fabs(x[i]) + std::fabs(m16));
       }
     }
@@ -293,6 +305,36 @@ TEST(KestrelFormats, ZeroRowsAndHandComputedValues) {
   EXPECT_EQ(qa[4], 0 | 0 << 4) << "element 0 (q 0) and element 32 (q 0)";
   EXPECT_EQ(qa[5], 1 | 1 << 4);
   EXPECT_EQ(dequantize(asym, qa.data(), 64), y);
+  // INT3_ASYM_G64: 0.5 * q - 2 for q = (i * 5) % 8: d = 0.5, m = -2, exact. Bit planes: the low 2
+  // bits of element i at bits 2 (i / 16) of byte 4 + i % 16, its high bit at bit i / 8 of byte
+  // 20 + i % 8.
+  std::vector<float> v3(64);
+  for (int i = 0; i < 64; ++i) v3[size_t(i)] = 0.5f * float((i * 5) % 8) - 2.0f;
+  const WeightFormat& int3 = quant::require_format(DType::INT3_ASYM_G64);
+  const std::vector<uint8_t> q3 = quantize(int3, v3);
+  ASSERT_EQ(q3.size(), 28u);
+  EXPECT_EQ(q3[0] | q3[1] << 8, 0x3800) << "d = 0.5";
+  EXPECT_EQ(q3[2] | q3[3] << 8, 0xc000) << "m = -2.0";
+  for (int byte = 0; byte < 16; ++byte) {
+    int expected = 0;
+    for (int k = 0; k < 4; ++k) expected |= (((16 * k + byte) * 5) % 8 & 3) << (2 * k);
+    EXPECT_EQ(q3[size_t(4 + byte)], expected) << "crumb byte " << byte;
+  }
+  for (int byte = 0; byte < 8; ++byte) {
+    int expected = 0;
+    for (int k = 0; k < 8; ++k) expected |= (((8 * k + byte) * 5) % 8 >> 2) << k;
+    EXPECT_EQ(q3[size_t(20 + byte)], expected) << "high-bit byte " << byte;
+  }
+  EXPECT_EQ(dequantize(int3, q3.data(), 64), v3);
+  // INT2_ASYM_G128: q = i % 4 + m with d = 1, m = 3: byte 4 + l holds elements l, l + 32, l + 64,
+  // l + 96, all with level l % 4.
+  std::vector<float> v2(128);
+  for (int i = 0; i < 128; ++i) v2[size_t(i)] = float(i % 4 + 3);
+  const WeightFormat& int2 = quant::require_format(DType::INT2_ASYM_G128);
+  const std::vector<uint8_t> q2 = quantize(int2, v2);
+  ASSERT_EQ(q2.size(), 36u);
+  for (int l = 0; l < 32; ++l) EXPECT_EQ(q2[size_t(4 + l)], (l % 4) * 0x55) << l;
+  EXPECT_EQ(dequantize(int2, q2.data(), 128), v2);
   // FP8: amax 448 -> scale 1; codes are the values' own E4M3 codes.
   const std::vector<float> z = {448.0f, -1.5f, 0.0f, 0x1p-9f, 3.0f};
   const WeightFormat& fp8 = quant::require_format(DType::FP8_E4M3_PC);

@@ -196,6 +196,11 @@ TEST(QuantRecipe, FallbacksForRowsThatDoNotFit) {
   EXPECT_EQ(quant_type_that_fits(DType::INT4_SYM_G128, 192), DType::INT4_SYM_G64);
   EXPECT_EQ(quant_type_that_fits(DType::INT4_ASYM_G128, 96), DType::INT4_ASYM_G32);
   EXPECT_EQ(quant_type_that_fits(DType::INT4_ASYM_G64, 100), DType::F16);
+  // INT3 / INT2: G128 -> G64 -> INT4 on groups of 32 -> F16.
+  EXPECT_EQ(quant_type_that_fits(DType::INT3_ASYM_G128, 192), DType::INT3_ASYM_G64);
+  EXPECT_EQ(quant_type_that_fits(DType::INT2_ASYM_G128, 128), DType::INT2_ASYM_G128);
+  EXPECT_EQ(quant_type_that_fits(DType::INT2_ASYM_G128, 96), DType::INT4_ASYM_G32);
+  EXPECT_EQ(quant_type_that_fits(DType::INT3_ASYM_G64, 100), DType::F16);
   EXPECT_EQ(quant_type_that_fits(DType::INT8_PC, 100), DType::F16);
   EXPECT_EQ(quant_type_that_fits(DType::FP8_E4M3_PC, 7), DType::FP8_E4M3_PC);
   // The existing single-type behaviour: Q8_0 / Q4_0 fall back to F16; 1-D tensors are F32.

@@ -1,8 +1,8 @@
-// AVX2 kernels for the 4- and 5-bit formats whose activations are Q8_0 or Q8_1 (see
-// kernels_q8_avx512.cpp for the design): Q4_1, Q5_1, INT4_SYM_G64/G128, INT4_ASYM_G* (the 8-bit
-// Q8_0 and INT8_PC have int16 kernels, kernels_q8_0_avx2.cpp, and Q4_0, Q5_0, INT4_SYM_G32
-// interleaved ones, kernels_q4_0_avx2.cpp). One step is 64
-// elements = two activation blocks; lanes of a 32-byte vector hold 16 bytes of each block
+// AVX2 kernels for the 2- to 5-bit formats whose activations are Q8_0 or Q8_1 (see
+// kernels_q8_avx512.cpp for the design): Q4_1, Q5_1, INT4_SYM_G64/G128, INT4_ASYM_G*, INT3_ASYM_G*,
+// INT2_ASYM_G* (the 8-bit Q8_0 and INT8_PC have int16 kernels, kernels_q8_0_avx2.cpp, and Q4_0,
+// Q5_0, INT4_SYM_G32 interleaved ones, kernels_q4_0_avx2.cpp). One step is 64 elements = two
+// activation blocks; lanes of a 32-byte vector hold 16 bytes of each block
 // (kernels_q8_common.h, NB = 2). AVX2 has no VNNI, so the byte products go through maddubs (u8 x
 // s8 -> pairs summed in int16) and madd (int16 pairs -> int32): levels 0..15 (0..31) are unsigned
 // already, two maddubs results fit one int16 sum (2 * 2 * 31 * 127 < 2^15), and C = 8 (Q5_0: 16)
@@ -69,6 +69,60 @@ struct Int4Decoder {
       if constexpr (kAsymmetric) w.min = scales1(p + 2);
     }
     if constexpr (!kAsymmetric) w.min = _mm256_setzero_ps();
+    return w;
+  }
+};
+
+// INT3 / INT2 asymmetric groups of G = 64 or 128 (quant/blocks.h): level bits sit in strided
+// planes, so a 64-bit shift per qword and a mask give a lane's 16 values. A step (64 values) wants
+// a = (values 0-15 of its activation blocks 0 and 1), b = (values 16-31 of each). Low 2 bits of
+// value i: bits 2 (i / (G/4)) of byte i % (G/4); INT3's high bit: bit i / (G/8) of byte
+// G/4 + i % (G/8).
+template <int G, int Bits>
+struct IntLowBitDecoder {
+  static constexpr int64_t kQs = 4, kQh = kQs + G / 4;
+  static constexpr int64_t kBlockElements = G, kBlockBytes = kQs + G * Bits / 8;
+  static constexpr int C = 0;
+  static constexpr bool kAsym = true;
+  static __m256i bits(__m256i source, __m256i shift, int mask) {
+    return _mm256_and_si256(_mm256_srlv_epi64(source, shift), _mm256_set1_epi8(char(mask)));
+  }
+  static WeightStep decode(const uint8_t* data, int64_t s) {
+    WeightStep w;
+    const uint8_t* p;
+    if constexpr (G == 64) {
+      // One block per step: the crumbs of values 0-15, 16-31, 32-47, 48-63 at shifts 0, 2, 4, 6 of
+      // the same 16 bytes; the high bits of values 8c .. 8c + 7 at bit c of the 8 plane bytes.
+      p = data + s * kBlockBytes;
+      const __m256i qs = _mm256_broadcastsi128_si256(load128(p + kQs));
+      w.a = bits(qs, _mm256_setr_epi64x(0, 0, 4, 4), 3);
+      w.b = bits(qs, _mm256_setr_epi64x(2, 2, 6, 6), 3);
+      if constexpr (Bits == 3) {
+        int64_t plane;
+        std::memcpy(&plane, p + kQh, 8);
+        const __m256i qh = _mm256_set1_epi64x(plane);
+        w.a = _mm256_or_si256(w.a, _mm256_slli_epi16(bits(qh, _mm256_setr_epi64x(0, 1, 4, 5), 1), 2));
+        w.b = _mm256_or_si256(w.b, _mm256_slli_epi16(bits(qh, _mm256_setr_epi64x(2, 3, 6, 7), 1), 2));
+      }
+    } else {
+      static_assert(G == 128);
+      // Half h of a block per step: activation block j = 2h + c is crumb j of all 32 bytes, and its
+      // high bits are bits 2j (values 0-15) and 2j + 1 (16-31) of the 16 plane bytes.
+      p = data + (s / 2) * kBlockBytes;
+      const int64_t h4 = 4 * (s % 2);
+      const __m256i low_shift = _mm256_setr_epi64x(h4, h4, h4 + 2, h4 + 2);
+      w.a = bits(_mm256_broadcastsi128_si256(load128(p + kQs)), low_shift, 3);
+      w.b = bits(_mm256_broadcastsi128_si256(load128(p + kQs + 16)), low_shift, 3);
+      if constexpr (Bits == 3) {
+        const __m256i qh = _mm256_broadcastsi128_si256(load128(p + kQh));
+        const __m256i high_a = bits(qh, low_shift, 1);
+        const __m256i high_b = bits(qh, _mm256_add_epi64(low_shift, _mm256_set1_epi64x(1)), 1);
+        w.a = _mm256_or_si256(w.a, _mm256_slli_epi16(high_a, 2));
+        w.b = _mm256_or_si256(w.b, _mm256_slli_epi16(high_b, 2));
+      }
+    }
+    w.scale = scales1(p);
+    w.min = scales1(p + 2);
     return w;
   }
 };
@@ -151,6 +205,10 @@ constexpr FormatKernels kInt4Sym128 = make_kernels<Int4Decoder<128, false>>(DTyp
 constexpr FormatKernels kInt4Asym32 = make_kernels<Int4Decoder<32, true>>(DType::INT4_ASYM_G32);
 constexpr FormatKernels kInt4Asym64 = make_kernels<Int4Decoder<64, true>>(DType::INT4_ASYM_G64);
 constexpr FormatKernels kInt4Asym128 = make_kernels<Int4Decoder<128, true>>(DType::INT4_ASYM_G128);
+constexpr FormatKernels kInt3Asym64 = make_kernels<IntLowBitDecoder<64, 3>>(DType::INT3_ASYM_G64);
+constexpr FormatKernels kInt3Asym128 = make_kernels<IntLowBitDecoder<128, 3>>(DType::INT3_ASYM_G128);
+constexpr FormatKernels kInt2Asym64 = make_kernels<IntLowBitDecoder<64, 2>>(DType::INT2_ASYM_G64);
+constexpr FormatKernels kInt2Asym128 = make_kernels<IntLowBitDecoder<128, 2>>(DType::INT2_ASYM_G128);
 
 }  // namespace
 
@@ -163,6 +221,10 @@ const FormatKernels* avx2_q8_kernels(DType weight_type) {
     case DType::INT4_ASYM_G32: return &kInt4Asym32;
     case DType::INT4_ASYM_G64: return &kInt4Asym64;
     case DType::INT4_ASYM_G128: return &kInt4Asym128;
+    case DType::INT3_ASYM_G64: return &kInt3Asym64;
+    case DType::INT3_ASYM_G128: return &kInt3Asym128;
+    case DType::INT2_ASYM_G64: return &kInt2Asym64;
+    case DType::INT2_ASYM_G128: return &kInt2Asym128;
     default: return nullptr;
   }
 }

@@ -1,6 +1,6 @@
 // AVX-512 VNNI kernels for the formats whose activations are Q8_0 or Q8_1: Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1, INT8_PC, INT4_SYM_G32/64/128 (G32 is byte-identical to Q4_0) and INT4_ASYM_G32/64/128
-// (G32 is byte-identical to Q4_1).
+// Q5_1, INT8_PC, INT4_SYM_G32/64/128 (G32 is byte-identical to Q4_0), INT4_ASYM_G32/64/128
+// (G32 is byte-identical to Q4_1) and INT3_ASYM_G64/128, INT2_ASYM_G64/128.
 //
 // One step is 128 elements = four activation blocks of 32. A weight decoder turns a step of a
 // weight row into two 64-byte vectors of unsigned levels (q + C for signed formats) arranged like
@@ -228,6 +228,62 @@ struct Int4Decoder {
   }
 };
 
+// INT3 / INT2 asymmetric groups of G = 64 or 128 (quant/blocks.h; the AVX2 decoder in
+// kernels_q8_avx2.cpp explains the planes). A step (128 values = activation blocks 0-3) wants
+// a = values 0-15 of each activation block, b = values 16-31: one 64-bit shift per qword and a
+// mask on broadcast plane bytes.
+template <int G, int Bits>
+struct IntLowBitDecoder {
+  static constexpr int64_t kQs = 4, kQh = kQs + G / 4;
+  static constexpr int64_t kHeader = 0, kBlockElements = G, kBlockBytes = kQs + G * Bits / 8;
+  static constexpr int C = 0;
+  static constexpr bool kAsym = true, kBlockScale = true, kRowScale = false;
+  static __m512i bits(__m512i source, __m512i shift, int mask) {
+    return _mm512_and_si512(_mm512_srlv_epi64(source, shift), _mm512_set1_epi8(char(mask)));
+  }
+  static __m512i high_bit(__m512i source, __m512i shift) { return _mm512_slli_epi16(bits(source, shift, 1), 2); }
+  static WeightStep decode(const uint8_t* data, int64_t s) {
+    const uint8_t* p = data + s * (128 / G) * kBlockBytes;
+    prefetch_ahead(p, 256);
+    WeightStep w;
+    if constexpr (G == 64) {
+      // Blocks B0 (activation blocks 0, 1) and B1 (2, 3): lanes 0-1 read B0's 16 crumb bytes, lanes
+      // 2-3 B1's; values 0-15 / 32-47 of a block at shifts 0 / 4, 16-31 / 48-63 at 2 / 6. High bits:
+      // values 8c .. 8c + 7 of a block at bit c of its 8 plane bytes.
+      const __m512i qs = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(p + kQs)))),
+          _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(p + kBlockBytes + kQs))), 1);
+      w.a = bits(qs, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4), 3);
+      w.b = bits(qs, _mm512_setr_epi64(2, 2, 6, 6, 2, 2, 6, 6), 3);
+      if constexpr (Bits == 3) {
+        int64_t plane0, plane1;
+        std::memcpy(&plane0, p + kQh, 8);
+        std::memcpy(&plane1, p + kBlockBytes + kQh, 8);
+        const __m512i qh = _mm512_mask_set1_epi64(_mm512_set1_epi64(plane0), 0xf0, plane1);
+        w.a = _mm512_or_si512(w.a, high_bit(qh, _mm512_setr_epi64(0, 1, 4, 5, 0, 1, 4, 5)));
+        w.b = _mm512_or_si512(w.b, high_bit(qh, _mm512_setr_epi64(2, 3, 6, 7, 2, 3, 6, 7)));
+      }
+      w.scale = scales2(p, kBlockBytes);
+      w.min = scales2(p + 2, kBlockBytes);
+    } else {
+      static_assert(G == 128);
+      // One block: activation block j is crumb j (shift 2j) of the 32 crumb bytes, bytes 0-15 for
+      // a and 16-31 for b; its high bits are bits 2j (a) and 2j + 1 (b) of the 16 plane bytes.
+      const __m512i shift = _mm512_setr_epi64(0, 0, 2, 2, 4, 4, 6, 6);
+      w.a = bits(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(p + kQs))), shift, 3);
+      w.b = bits(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(p + kQs + 16))), shift, 3);
+      if constexpr (Bits == 3) {
+        const __m512i qh = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)(p + kQh)));
+        w.a = _mm512_or_si512(w.a, high_bit(qh, shift));
+        w.b = _mm512_or_si512(w.b, high_bit(qh, _mm512_add_epi64(shift, _mm512_set1_epi64(1))));
+      }
+      w.scale = scales1(p);
+      w.min = scales1(p + 2);
+    }
+    return w;
+  }
+};
+
 template <class D>
 struct QuadKernel {
   using Layout = Q8Layout<4, D::kAsym>;
@@ -305,6 +361,10 @@ constexpr FormatKernels kInt4Sym128 = make_kernels<Int4Decoder<128, false>>(DTyp
 constexpr FormatKernels kInt4Asym32 = make_kernels<Q4_1Decoder>(DType::INT4_ASYM_G32);
 constexpr FormatKernels kInt4Asym64 = make_kernels<Int4Decoder<64, true>>(DType::INT4_ASYM_G64);
 constexpr FormatKernels kInt4Asym128 = make_kernels<Int4Decoder<128, true>>(DType::INT4_ASYM_G128);
+constexpr FormatKernels kInt3Asym64 = make_kernels<IntLowBitDecoder<64, 3>>(DType::INT3_ASYM_G64);
+constexpr FormatKernels kInt3Asym128 = make_kernels<IntLowBitDecoder<128, 3>>(DType::INT3_ASYM_G128);
+constexpr FormatKernels kInt2Asym64 = make_kernels<IntLowBitDecoder<64, 2>>(DType::INT2_ASYM_G64);
+constexpr FormatKernels kInt2Asym128 = make_kernels<IntLowBitDecoder<128, 2>>(DType::INT2_ASYM_G128);
 
 }  // namespace
 
@@ -322,6 +382,10 @@ const FormatKernels* avx512_q8_kernels(DType weight_type) {
     case DType::INT4_ASYM_G32: return &kInt4Asym32;
     case DType::INT4_ASYM_G64: return &kInt4Asym64;
     case DType::INT4_ASYM_G128: return &kInt4Asym128;
+    case DType::INT3_ASYM_G64: return &kInt3Asym64;
+    case DType::INT3_ASYM_G128: return &kInt3Asym128;
+    case DType::INT2_ASYM_G64: return &kInt2Asym64;
+    case DType::INT2_ASYM_G128: return &kInt2Asym128;
     default: return nullptr;
   }
 }

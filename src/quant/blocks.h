@@ -321,22 +321,31 @@ struct BlockIntLowBit {
 static_assert(sizeof(BlockIntLowBit<64, 3>) == 28 && sizeof(BlockIntLowBit<128, 3>) == 52 &&
               sizeof(BlockIntLowBit<64, 2>) == 20 && sizeof(BlockIntLowBit<128, 2>) == 36);
 
-// The level of value i of an INT3/INT2 group's q.
+// The level of value i of a group's packed levels: INT4 (Bits 4) as nibbles, byte i % (G/2), low
+// nibble for the first half; INT3/INT2 in the strided bit planes above.
 template <int G, int Bits>
-inline int lowbit_level(const uint8_t* q, int i) {
-  int level = (q[i % (G / 4)] >> (2 * (i / (G / 4)))) & 3;
-  if constexpr (Bits == 3) level |= ((q[G / 4 + i % (G / 8)] >> (i / (G / 8))) & 1) << 2;
-  return level;
+inline int group_level(const uint8_t* q, int i) {
+  if constexpr (Bits == 4) {
+    return i < G / 2 ? q[i % (G / 2)] & 0x0f : q[i % (G / 2)] >> 4;
+  } else {
+    int level = (q[i % (G / 4)] >> (2 * (i / (G / 4)))) & 3;
+    if constexpr (Bits == 3) level |= ((q[G / 4 + i % (G / 8)] >> (i / (G / 8))) & 1) << 2;
+    return level;
+  }
 }
 
-// Packs G levels (each below 2^Bits) into an INT3/INT2 group's q.
+// Packs G levels (each below 2^Bits) into a group's q (the inverse of group_level).
 template <int G, int Bits>
-inline void pack_lowbit_levels(const uint8_t* levels, uint8_t* q) {
-  for (int b = 0; b < G * Bits / 8; ++b) q[b] = 0;
-  for (int i = 0; i < G; ++i) {
-    q[i % (G / 4)] = uint8_t(q[i % (G / 4)] | (levels[i] & 3) << (2 * (i / (G / 4))));
-    if constexpr (Bits == 3) {
-      q[G / 4 + i % (G / 8)] = uint8_t(q[G / 4 + i % (G / 8)] | ((levels[i] >> 2) & 1) << (i / (G / 8)));
+inline void pack_group_levels(const uint8_t* levels, uint8_t* q) {
+  if constexpr (Bits == 4) {
+    for (int l = 0; l < G / 2; ++l) q[l] = uint8_t(levels[l] | levels[l + G / 2] << 4);
+  } else {
+    for (int b = 0; b < G * Bits / 8; ++b) q[b] = 0;
+    for (int i = 0; i < G; ++i) {
+      q[i % (G / 4)] = uint8_t(q[i % (G / 4)] | (levels[i] & 3) << (2 * (i / (G / 4))));
+      if constexpr (Bits == 3) {
+        q[G / 4 + i % (G / 8)] = uint8_t(q[G / 4 + i % (G / 8)] | ((levels[i] >> 2) & 1) << (i / (G / 8)));
+      }
     }
   }
 }

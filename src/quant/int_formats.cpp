@@ -3,8 +3,7 @@
 //   W8A8           INT8_PC's rows, dotted with activations in INT8_PC's layout (per-token int8).
 //   INT4_SYM_G*    per group of G an F16 scale d = extreme / -8 (the value of largest magnitude
 //                  lands on -8, so all 16 levels are used), x = d (q - 8); dots with Q8_0.
-//   INT4_ASYM_G*   per group an F16 scale d = (max - min) / 15 and F16 min m, x = d q + m; dots
-//                  with Q8_1, whose per-block sum s = d_a * sum(q_a) turns sum m * a into m * s.
+// The asymmetric INT4/INT3/INT2 group formats are in int_asym_formats.cpp.
 // These are plain round-to-nearest quantizers: the quantization toolkit (GPTQ, AWQ) will choose
 // its own scales and levels and only needs the layouts and the kernels here. Values are assigned
 // against the scales as stored (after F16 rounding), so each lands on its nearest stored level.
@@ -19,21 +18,6 @@
 #include "quant/no_fp_contract.h"  // last: no fused multiply-add in this file
 
 namespace kestrel::quant::ref {
-namespace {
-
-// Level (0..15) of element i of a group: byte i % (G/2), low nibble for the first half.
-template <int G>
-int nibble(const uint8_t* qs, int i) {
-  const uint8_t byte = qs[i % (G / 2)];
-  return i < G / 2 ? byte & 0x0f : byte >> 4;
-}
-
-template <int G>
-void pack_nibbles(const uint8_t levels[G], uint8_t* qs) {
-  for (int l = 0; l < G / 2; ++l) qs[l] = uint8_t(levels[l] | levels[l + G / 2] << 4);
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // INT8_PC
@@ -108,7 +92,7 @@ void quantize_row_int4_sym(const float* src, void* dst, int64_t n) {
     for (int i = 0; i < G; ++i) {
       levels[i] = uint8_t(std::clamp(round_nearest(x[i] * inverse), -8.0f, 7.0f) + 8.0f);
     }
-    pack_nibbles<G>(levels, blocks[b].qs);
+    pack_group_levels<G, 4>(levels, blocks[b].qs);
   }
 }
 
@@ -117,7 +101,7 @@ void dequantize_row_int4_sym(const void* src, float* dst, int64_t n) {
   const BlockInt4Sym<G>* blocks = static_cast<const BlockInt4Sym<G>*>(src);
   for (int64_t b = 0; b < n / G; ++b) {
     const float d = fp16_to_float(blocks[b].d);
-    for (int i = 0; i < G; ++i) dst[b * G + i] = d * float(nibble<G>(blocks[b].qs, i) - 8);
+    for (int i = 0; i < G; ++i) dst[b * G + i] = d * float(group_level<G, 4>(blocks[b].qs, i) - 8);
   }
 }
 
@@ -133,7 +117,7 @@ float vec_dot_int4_sym_q8_0(const void* w, const void* a, int64_t n) {
       const BlockQ8_0& act = y[b * kSubBlocks + s];
       int32_t dot = 0;
       for (int i = 0; i < kQ8_0BlockSize; ++i) {
-        dot += (nibble<G>(x[b].qs, s * kQ8_0BlockSize + i) - 8) * int32_t(act.qs[i]);
+        dot += (group_level<G, 4>(x[b].qs, s * kQ8_0BlockSize + i) - 8) * int32_t(act.qs[i]);
       }
       group += fp16_to_float(act.d) * float(dot);
     }
@@ -142,71 +126,10 @@ float vec_dot_int4_sym_q8_0(const void* w, const void* a, int64_t n) {
   return sum;
 }
 
-// ---------------------------------------------------------------------------------------------
-// INT4, asymmetric
-
-template <int G>
-void quantize_row_int4_asym(const float* src, void* dst, int64_t n) {
-  BlockInt4Asym<G>* blocks = static_cast<BlockInt4Asym<G>*>(dst);
-  for (int64_t b = 0; b < n / G; ++b) {
-    const float* x = src + b * G;
-    float lo = x[0], hi = x[0];
-    for (int i = 1; i < G; ++i) {
-      lo = std::min(lo, x[i]);
-      hi = std::max(hi, x[i]);
-    }
-    blocks[b].d = float_to_fp16((hi - lo) / 15.0f);
-    blocks[b].m = float_to_fp16(lo);
-    const float d = fp16_to_float(blocks[b].d);
-    const float m = fp16_to_float(blocks[b].m);
-    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
-    uint8_t levels[G];
-    for (int i = 0; i < G; ++i) {
-      levels[i] = uint8_t(std::clamp(round_nearest((x[i] - m) * inverse), 0.0f, 15.0f));
-    }
-    pack_nibbles<G>(levels, blocks[b].qs);
-  }
-}
-
-template <int G>
-void dequantize_row_int4_asym(const void* src, float* dst, int64_t n) {
-  const BlockInt4Asym<G>* blocks = static_cast<const BlockInt4Asym<G>*>(src);
-  for (int64_t b = 0; b < n / G; ++b) {
-    const float d = fp16_to_float(blocks[b].d);
-    const float m = fp16_to_float(blocks[b].m);
-    for (int i = 0; i < G; ++i) dst[b * G + i] = d * float(nibble<G>(blocks[b].qs, i)) + m;
-  }
-}
-
-template <int G>
-float vec_dot_int4_asym_q8_1(const void* w, const void* a, int64_t n) {
-  const BlockInt4Asym<G>* x = static_cast<const BlockInt4Asym<G>*>(w);
-  const BlockQ8_1* y = static_cast<const BlockQ8_1*>(a);
-  constexpr int kSubBlocks = G / kQ8_0BlockSize;
-  float sum = 0.0f;
-  for (int64_t b = 0; b < n / G; ++b) {
-    const float d = fp16_to_float(x[b].d);
-    const float m = fp16_to_float(x[b].m);
-    for (int s = 0; s < kSubBlocks; ++s) {
-      const BlockQ8_1& act = y[b * kSubBlocks + s];
-      int32_t dot = 0;
-      for (int i = 0; i < kQ8_0BlockSize; ++i) {
-        dot += nibble<G>(x[b].qs, s * kQ8_0BlockSize + i) * int32_t(act.qs[i]);
-      }
-      // sum_i (d q_i + m) a_i = d * d_a * dot + m * s_a.
-      sum += d * (fp16_to_float(act.d) * float(dot)) + m * fp16_to_float(act.s);
-    }
-  }
-  return sum;
-}
-
 #define KESTREL_INSTANTIATE_INT4(G)                                             \
   template void quantize_row_int4_sym<G>(const float*, void*, int64_t);         \
   template void dequantize_row_int4_sym<G>(const void*, float*, int64_t);       \
-  template float vec_dot_int4_sym_q8_0<G>(const void*, const void*, int64_t);   \
-  template void quantize_row_int4_asym<G>(const float*, void*, int64_t);        \
-  template void dequantize_row_int4_asym<G>(const void*, float*, int64_t);      \
-  template float vec_dot_int4_asym_q8_1<G>(const void*, const void*, int64_t);
+  template float vec_dot_int4_sym_q8_0<G>(const void*, const void*, int64_t);
 KESTREL_INSTANTIATE_INT4(32)
 KESTREL_INSTANTIATE_INT4(64)
 KESTREL_INSTANTIATE_INT4(128)

@@ -117,20 +117,14 @@ template <int G>
 void dequantize_row_int4_sym(const void* src, float* dst, int64_t n);
 template <int G>
 float vec_dot_int4_sym_q8_0(const void* w, const void* a, int64_t n);
-template <int G>
-void quantize_row_int4_asym(const float* src, void* dst, int64_t n);
-template <int G>
-void dequantize_row_int4_asym(const void* src, float* dst, int64_t n);
-template <int G>
-float vec_dot_int4_asym_q8_1(const void* w, const void* a, int64_t n);
 
-// INT3 / INT2 asymmetric per group (int_lowbit_formats.cpp), Bits = 3 or 2.
+// INT4 / INT3 / INT2 asymmetric per group (int_asym_formats.cpp), Bits = 4, 3 or 2.
 template <int G, int Bits>
-void quantize_row_int_lowbit(const float* src, void* dst, int64_t n);
+void quantize_row_int_asym(const float* src, void* dst, int64_t n);
 template <int G, int Bits>
-void dequantize_row_int_lowbit(const void* src, float* dst, int64_t n);
+void dequantize_row_int_asym(const void* src, float* dst, int64_t n);
 template <int G, int Bits>
-float vec_dot_int_lowbit_q8_1(const void* w, const void* a, int64_t n);
+float vec_dot_int_asym_q8_1(const void* w, const void* a, int64_t n);
 
 // FP8 E4M3 per channel (fp8.cpp).
 void quantize_row_fp8_e4m3_pc(const float* src, void* dst, int64_t n);

@@ -1,0 +1,109 @@
+// Kestrel's asymmetric per-group integer formats, INT4_ASYM_G*, INT3_ASYM_G* and INT2_ASYM_G*
+// (layouts in quant/blocks.h): per group of G an F16 scale d = (max - min) / (2^Bits - 1) and F16
+// min m, x = d q + m. They differ only in how the levels are packed (group_level in blocks.h):
+// 4-bit levels as nibbles, 3- and 2-bit ones in strided bit planes. Dots with Q8_1, whose per-block sum s = d_a * sum(q_a) turns sum m * a into m * s.
+// These are round-to-nearest over the group's range, the baseline the calibrated methods (GPTQ,
+// AWQ) improve on by choosing their own levels and scales (calib/grid_format.cpp). Values are
+// assigned against the scales as stored (after F16 rounding).
+#include <algorithm>
+#include <cmath>
+
+#include "core/half.h"
+#include "quant/blocks.h"
+#include "quant/reference_kernels.h"
+
+#include "quant/no_fp_contract.h"  // last: no fused multiply-add in this file
+
+namespace kestrel::quant::ref {
+namespace {
+
+// The block type of a (G, Bits) format and its packed levels (group_level in quant/blocks.h).
+template <int G, int Bits>
+struct GroupLevels {
+  using Block = BlockIntLowBit<G, Bits>;
+  static const uint8_t* q(const Block& block) { return block.q; }
+  static uint8_t* q(Block& block) { return block.q; }
+};
+
+template <int G>
+struct GroupLevels<G, 4> {
+  using Block = BlockInt4Asym<G>;
+  static const uint8_t* q(const Block& block) { return block.qs; }
+  static uint8_t* q(Block& block) { return block.qs; }
+};
+
+}  // namespace
+
+template <int G, int Bits>
+void quantize_row_int_asym(const float* src, void* dst, int64_t n) {
+  using Levels = GroupLevels<G, Bits>;
+  constexpr float kMaxLevel = float((1 << Bits) - 1);
+  auto* blocks = static_cast<typename Levels::Block*>(dst);
+  for (int64_t b = 0; b < n / G; ++b) {
+    const float* x = src + b * G;
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < G; ++i) {
+      lo = std::min(lo, x[i]);
+      hi = std::max(hi, x[i]);
+    }
+    blocks[b].d = float_to_fp16((hi - lo) / kMaxLevel);
+    blocks[b].m = float_to_fp16(lo);
+    const float d = fp16_to_float(blocks[b].d);
+    const float m = fp16_to_float(blocks[b].m);
+    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+    uint8_t levels[G];
+    for (int i = 0; i < G; ++i) {
+      levels[i] = uint8_t(std::clamp(round_nearest((x[i] - m) * inverse), 0.0f, kMaxLevel));
+    }
+    pack_group_levels<G, Bits>(levels, Levels::q(blocks[b]));
+  }
+}
+
+template <int G, int Bits>
+void dequantize_row_int_asym(const void* src, float* dst, int64_t n) {
+  using Levels = GroupLevels<G, Bits>;
+  const auto* blocks = static_cast<const typename Levels::Block*>(src);
+  for (int64_t b = 0; b < n / G; ++b) {
+    const float d = fp16_to_float(blocks[b].d);
+    const float m = fp16_to_float(blocks[b].m);
+    for (int i = 0; i < G; ++i) dst[b * G + i] = d * float(group_level<G, Bits>(Levels::q(blocks[b]), i)) + m;
+  }
+}
+
+template <int G, int Bits>
+float vec_dot_int_asym_q8_1(const void* w, const void* a, int64_t n) {
+  using Levels = GroupLevels<G, Bits>;
+  const auto* x = static_cast<const typename Levels::Block*>(w);
+  const BlockQ8_1* y = static_cast<const BlockQ8_1*>(a);
+  constexpr int kSubBlocks = G / kQ8_0BlockSize;
+  float sum = 0.0f;
+  for (int64_t b = 0; b < n / G; ++b) {
+    const float d = fp16_to_float(x[b].d);
+    const float m = fp16_to_float(x[b].m);
+    for (int s = 0; s < kSubBlocks; ++s) {
+      const BlockQ8_1& act = y[b * kSubBlocks + s];
+      int32_t dot = 0;
+      for (int i = 0; i < kQ8_0BlockSize; ++i) {
+        dot += group_level<G, Bits>(Levels::q(x[b]), s * kQ8_0BlockSize + i) * int32_t(act.qs[i]);
+      }
+      // sum_i (d q_i + m) a_i = d * d_a * dot + m * s_a.
+      sum += d * (fp16_to_float(act.d) * float(dot)) + m * fp16_to_float(act.s);
+    }
+  }
+  return sum;
+}
+
+#define KESTREL_INSTANTIATE_INT_ASYM(G, Bits)                                          \
+  template void quantize_row_int_asym<G, Bits>(const float*, void*, int64_t);          \
+  template void dequantize_row_int_asym<G, Bits>(const void*, float*, int64_t);        \
+  template float vec_dot_int_asym_q8_1<G, Bits>(const void*, const void*, int64_t);
+KESTREL_INSTANTIATE_INT_ASYM(32, 4)
+KESTREL_INSTANTIATE_INT_ASYM(64, 4)
+KESTREL_INSTANTIATE_INT_ASYM(128, 4)
+KESTREL_INSTANTIATE_INT_ASYM(64, 3)
+KESTREL_INSTANTIATE_INT_ASYM(128, 3)
+KESTREL_INSTANTIATE_INT_ASYM(64, 2)
+KESTREL_INSTANTIATE_INT_ASYM(128, 2)
+#undef KESTREL_INSTANTIATE_INT_ASYM
+
+}  // namespace kestrel::quant::ref

@@ -49,6 +49,7 @@ constexpr QuantRecipe kRecipes[] = {
     {"INT3_ASYM_G128", DType::INT3_ASYM_G128, QuantMix::Pure, uint32_t(DType::INT3_ASYM_G128)},
     {"INT2_ASYM_G64", DType::INT2_ASYM_G64, QuantMix::Pure, uint32_t(DType::INT2_ASYM_G64)},
     {"INT2_ASYM_G128", DType::INT2_ASYM_G128, QuantMix::Pure, uint32_t(DType::INT2_ASYM_G128)},
+    {"NF4", DType::NF4, QuantMix::Pure, uint32_t(DType::NF4)},
     {"FP8_E4M3_PC", DType::FP8_E4M3_PC, QuantMix::Pure, uint32_t(DType::FP8_E4M3_PC)},
     {"W8A8", DType::W8A8, QuantMix::Pure, uint32_t(DType::W8A8)},
 };
@@ -154,7 +155,8 @@ DType quant_type_that_fits(DType wanted, int64_t row_length) {
     // llama.cpp's tensor_type_fallback: each k-quant to the 32-block type of about its precision.
     const DType smaller = type == DType::Q3_K || type == DType::Q2_K ? DType::Q4_0 : type == DType::Q4_K ? DType::Q5_0
                         : type == DType::Q5_K ? DType::Q5_1 : type == DType::Q6_K ? DType::Q8_0
-                        : type == DType::IQ4_XS || type == DType::IQ3_XXS || type == DType::IQ3_S ? DType::IQ4_NL
+                        : type == DType::IQ4_XS || type == DType::IQ3_XXS || type == DType::IQ3_S || type == DType::NF4
+                            ? DType::IQ4_NL
                         : type == DType::TQ1_0 || type == DType::TQ2_0 ? DType::Q4_0 : DType::F16;
     if (smaller != DType::F16) return row_length % 32 == 0 ? smaller : DType::F16;
   }

@@ -26,7 +26,7 @@
 //   - embedding_type / output_type, when set, override all of the above for those two tensors.
 //   - A tensor whose rows do not divide into the chosen type's blocks falls back as llama.cpp's
 //     tensor_type_fallback does: Q2_K and Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, IQ4_XS / IQ3_XXS /
-//     IQ3_S to IQ4_NL, TQ1_0 and TQ2_0 to Q4_0 when rows are a multiple of 32, else F16; INT4 group types to the same kind with a smaller group that fits, else
+//     IQ3_S / NF4 to IQ4_NL, TQ1_0 and TQ2_0 to Q4_0 when rows are a multiple of 32, else F16; INT4 group types to the same kind with a smaller group that fits, else
 //     F16; every other type to F16.
 #pragma once
 

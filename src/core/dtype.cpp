@@ -17,7 +17,7 @@ struct Entry {
 // Block sizes and bytes per block of every GGML type (k-quants use super-blocks of 256), then
 // Kestrel's formats (documented in dtype.h). INT8_PC's block of 32 is only a length rule: its
 // activations are Q8_0, so rows must be whole Q8_0 blocks.
-constexpr std::array<Entry, 45> kLayouts{{
+constexpr std::array<Entry, 46> kLayouts{{
     {0, {"F32", 1, 4, 0}},         {1, {"F16", 1, 2, 0}},         {2, {"Q4_0", 32, 18, 0}},
     {3, {"Q4_1", 32, 20, 0}},      {6, {"Q5_0", 32, 22, 0}},      {7, {"Q5_1", 32, 24, 0}},
     {8, {"Q8_0", 32, 34, 0}},      {9, {"Q8_1", 32, 36, 0}},      {10, {"Q2_K", 256, 84, 0}},
@@ -42,6 +42,7 @@ constexpr std::array<Entry, 45> kLayouts{{
     {1010, {"INT3_ASYM_G128", 128, 52, 0}},
     {1011, {"INT2_ASYM_G64", 64, 20, 0}},
     {1012, {"INT2_ASYM_G128", 128, 36, 0}},
+    {1013, {"NF4", 64, 34, 0}},
 }};
 
 }  // namespace

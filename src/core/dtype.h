@@ -72,6 +72,10 @@ enum class DType : uint32_t {
   INT3_ASYM_G128 = 1010,
   INT2_ASYM_G64 = 1011,
   INT2_ASYM_G128 = 1012,
+  // NF4 (QLoRA's NormalFloat, bitsandbytes' quant_type "nf4", blocksize 64): per block of 64 an F16
+  // absmax d and 32 bytes of 4-bit indices into 16 normal-quantile levels in [-1, 1]; x = d * level.
+  // Levels and nibble order in quant/blocks.h; activations Q8_0.
+  NF4 = 1013,
 };
 
 // Storage layout of a type: a row of n elements is `row_header_bytes` (per-row data such as a

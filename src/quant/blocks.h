@@ -350,6 +350,37 @@ inline void pack_group_levels(const uint8_t* levels, uint8_t* q) {
   }
 }
 
+// NF4 (DType::NF4): bitsandbytes' 16 NormalFloat code values (bitsandbytes/backends/utils.py,
+// _NF4_QUANT_TABLE), ascending, index 7 exactly 0. Blocks of 64 with an F16 absmax d; index i of
+// a block at group_level<64, 4> (byte i % 32, low nibble for values 0-31, high for 32-63), so a
+// 16-byte load and a nibble split give one Q8_0 activation block's halves.
+inline constexpr float kNF4Codes[16] = {
+    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f,
+    -0.18477343022823334f, -0.09105003625154495f, 0.0f, 0.07958029955625534f, 0.16093020141124725f,
+    0.24611230194568634f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,
+    0.7229568362236023f, 1.0f};
+inline constexpr int kNF4BlockSize = 64;
+// The levels the format computes with: code * 16256 (= 127 * 128) rounded to int16, i.e. the codes
+// to 3.1e-5, 16x finer than the F16 absmax's own rounding (2^-11). x = d * level / 16256. A level
+// splits exactly into 128 * hi + lo with hi = round(code * 127) and |lo| <= 64, two int8 tables the
+// SIMD kernels shuffle from, so their integer sums are the reference's.
+inline constexpr int kNF4LevelScale = 16256;
+inline constexpr int16_t nf4_level(int index) {
+  const float v = kNF4Codes[index] * float(kNF4LevelScale);
+  return int16_t(v >= 0.0f ? int(v + 0.5f) : -int(-v + 0.5f));
+}
+inline constexpr int8_t nf4_level_high(int index) {
+  const int level = nf4_level(index);
+  return int8_t(level >= 0 ? (level + 64) / 128 : -((-level + 63) / 128));
+}
+inline constexpr int8_t nf4_level_low(int index) { return int8_t(nf4_level(index) - 128 * nf4_level_high(index)); }
+
+struct BlockNF4 {
+  uint16_t d;  // F16 bits
+  uint8_t qs[kNF4BlockSize / 2];
+};
+static_assert(sizeof(BlockNF4) == 34);
+
 // INT8_PC and FP8_E4M3_PC rows: a 4-byte F32 scale (the row header, read with memcpy: a row of
 // FP8_E4M3_PC may start at any byte), then one byte per element.
 inline constexpr int64_t kPerChannelHeaderBytes = 4;

@@ -118,6 +118,12 @@ void dequantize_row_int4_sym(const void* src, float* dst, int64_t n);
 template <int G>
 float vec_dot_int4_sym_q8_0(const void* w, const void* a, int64_t n);
 
+// NF4 (nf4_quants.cpp): bitsandbytes' quantizer, an importance-weighted one, the dot with Q8_0.
+void quantize_row_nf4(const float* src, void* dst, int64_t n);
+void quantize_row_nf4_weighted(const float* src, void* dst, int64_t n, const float* importance);
+void dequantize_row_nf4(const void* src, float* dst, int64_t n);
+float vec_dot_nf4_q8_0(const void* w, const void* a, int64_t n);
+
 // INT4 / INT3 / INT2 asymmetric per group (int_asym_formats.cpp), Bits = 4, 3 or 2.
 template <int G, int Bits>
 void quantize_row_int_asym(const float* src, void* dst, int64_t n);

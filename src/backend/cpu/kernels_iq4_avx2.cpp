@@ -1,6 +1,7 @@
-// AVX2 kernels for llama.cpp's non-linear 4-bit formats (quant/blocks.h): IQ4_NL against Q8_0
-// activations (the grouped layout of kernels_q8_common.h, NB = 2) and IQ4_XS against Q8_K (the
-// plain layout of kernels_q8k_common.h).
+// AVX2 kernels for the non-linear 4-bit formats (quant/blocks.h): llama.cpp's IQ4_NL and
+// bitsandbytes' NF4 against Q8_0 activations (the grouped layout of kernels_q8_common.h, NB = 2)
+// and IQ4_XS against Q8_K (the plain layout of kernels_q8k_common.h). The AVX-512 table uses
+// these too.
 //
 // A nibble indexes one of 16 signed levels in [-127, 113]; one byte shuffle (pshufb, the table in
 // each 128-bit lane) turns 32 nibbles into 32 int8 levels. maddubs needs an unsigned operand and
@@ -14,6 +15,10 @@
 // low and j + 16 high). int32 lanes 0-3 of the products belong to block 0, 4-7 to block 1, as the
 // activation layout's scales do, so acc += float(lanes) * (d_w * d_a) per lane, as the other
 // Q8_0 formats' AVX2 kernels (kernels_q8_avx2.cpp) do.
+// NF4: a step is one block (34 bytes: F16 d, 32 bytes of nibbles, element i in byte i % 32, low
+// nibble for i < 32). Its int16 levels (code * 16256) split exactly into 128 * hi + lo with int8 hi
+// and |lo| <= 64 (nf4_level_high/low), two shuffles per nibble vector; the int32 lanes are then
+// 128 * madd(hi products) + madd(lo products), the reference's exact integer sums.
 // IQ4_XS: a step is one super-block (136 bytes: F16 d, scales_h, scales_l[4], qs[128]). Each
 // 32-element sub-block is one vector; its madd with the sub-block's signed scale (ls - 32, int16)
 // gives int32 lanes, summed exactly over the super-block; a (row, token) accumulator keeps 8 float
@@ -44,10 +49,22 @@ constexpr LevelTable kLevels = [] {
   return table;
 }();
 
-// Levels of 32 nibble indices (each byte < 16).
-inline __m256i lookup_levels(__m256i indices) {
-  return _mm256_shuffle_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(kLevels.b)), indices);
+constexpr LevelTable kNf4High = [] {
+  LevelTable table{};
+  for (int i = 0; i < 32; ++i) table.b[i] = quant::nf4_level_high(i % 16);
+  return table;
+}();
+constexpr LevelTable kNf4Low = [] {
+  LevelTable table{};
+  for (int i = 0; i < 32; ++i) table.b[i] = quant::nf4_level_low(i % 16);
+  return table;
+}();
+
+// Entries of `table` at 32 nibble indices (each byte < 16).
+inline __m256i lookup(const LevelTable& table, __m256i indices) {
+  return _mm256_shuffle_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(table.b)), indices);
 }
+inline __m256i lookup_levels(__m256i indices) { return lookup(kLevels, indices); }
 
 // Int16 pair sums of levels x q (|levels| given as `magnitude`): exact, at most 2 x 127 x 127.
 inline __m256i signed_products(__m256i magnitude, __m256i levels, __m256i q) {
@@ -105,6 +122,73 @@ struct Iq4NlKernel {
     const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(signed_products(w.lo_abs, w.lo, a.qa), ones),
                                          _mm256_madd_epi16(signed_products(w.hi_abs, w.hi, a.qb), ones));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(w.scale, a.da), acc);
+  }
+  static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// NF4 x Q8_0
+
+struct Nf4Kernel {
+  using Layout = Q8Layout<2, false>;
+  static constexpr int64_t kBlockBytes = 34, kStepBytes = kBlockBytes;
+  static constexpr int kRows = 2, kTokens = 4, kDecodeRows = 2;
+  static constexpr int64_t kPackSteps = 16;
+  using Acc = __m256;
+  // One table's int8 entries for the step's elements as the activation layout holds them, and
+  // their magnitudes: a = [activation block 0 | block 1] elements 0-15, b = elements 16-31.
+  struct Half {
+    __m256i a, b, a_abs, b_abs;
+  };
+  struct W {
+    Half high, low;
+    __m256 scale;  // d / 16256 in every lane
+  };
+  struct A {
+    __m256i qa, qb;
+    __m256 da;
+  };
+  static int64_t steps(int64_t k) { return k / 64; }
+  static int64_t direct_steps(int64_t k) { return k / 64; }
+  static Acc zero() { return _mm256_setzero_ps(); }
+  // Indices of 16 bytes' elements: low nibbles (block 0's values) in lane 0, high ones in lane 1.
+  static __m256i indices(const uint8_t* p) {
+    const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_and_si256(_mm256_srlv_epi32(bytes, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0f));
+  }
+  static Half half(const LevelTable& table, __m256i ia, __m256i ib) {
+    Half h;
+    h.a = lookup(table, ia);
+    h.b = lookup(table, ib);
+    h.a_abs = _mm256_abs_epi8(h.a);
+    h.b_abs = _mm256_abs_epi8(h.b);
+    return h;
+  }
+  static W load_w(const uint8_t* row, int64_t s) {
+    const uint8_t* p = row + s * kStepBytes;
+    const __m256i ia = indices(p + 2), ib = indices(p + 18);
+    W w;
+    w.high = half(kNf4High, ia, ib);
+    w.low = half(kNf4Low, ia, ib);
+    w.scale = _mm256_set1_ps(fp16_to_f32(load_u16(p)) / float(quant::kNF4LevelScale));
+    return w;
+  }
+  static W load_w_tail(const uint8_t* row, int64_t s, int64_t) { return load_w(row, s); }
+  static A load_a(const uint8_t* act, int64_t s) {
+    const uint8_t* g = act + s * Layout::kGroupBytes;
+    return {load256(g + Layout::kQsA), load256(g + Layout::kQsB),
+            _mm256_loadu_ps(reinterpret_cast<const float*>(g + Layout::kScale))};
+  }
+  static void mac(Acc& acc, const W& w, const A& a) {
+    // hi pair sums reach 2 x 127 x 127, so each gets its own madd (x 128); lo ones at most
+    // 2 x 64 x 127, so a's and b's share one int16 sum.
+    const __m256i high = _mm256_add_epi32(
+        _mm256_madd_epi16(signed_products(w.high.a_abs, w.high.a, a.qa), _mm256_set1_epi16(128)),
+        _mm256_madd_epi16(signed_products(w.high.b_abs, w.high.b, a.qb), _mm256_set1_epi16(128)));
+    const __m256i low = _mm256_madd_epi16(
+        _mm256_add_epi16(signed_products(w.low.a_abs, w.low.a, a.qa), signed_products(w.low.b_abs, w.low.b, a.qb)),
+        _mm256_set1_epi16(1));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(high, low)), _mm256_mul_ps(w.scale, a.da), acc);
   }
   static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
 };
@@ -194,6 +278,8 @@ struct Iq4XsKernel {
 
 constexpr FormatKernels kIq4Nl{DType::IQ4_NL, Q8Layout<2, false>::row_bytes, convert_q8_groups<2, false, 0>,
                                matmul_tile<Iq4NlKernel>};
+constexpr FormatKernels kNf4{DType::NF4, Q8Layout<2, false>::row_bytes, convert_q8_groups<2, false, 0>,
+                             matmul_tile<Nf4Kernel>};
 constexpr FormatKernels kIq4Xs{DType::IQ4_XS, Q8KLayout::row_bytes, convert_q8_k, interleaved_matmul<SubBlockRows4<Iq4XsKernel>>};
 
 }  // namespace
@@ -202,6 +288,7 @@ const FormatKernels* avx2_iq4_kernels(DType weight_type) {
   switch (weight_type) {
     case DType::IQ4_NL: return &kIq4Nl;
     case DType::IQ4_XS: return &kIq4Xs;
+    case DType::NF4: return &kNf4;
     default: return nullptr;
   }
 }

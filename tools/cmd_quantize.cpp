@@ -3,7 +3,7 @@
 // importance-weighted error (an imatrix file, or one computed from --calib), or by GPTQ over
 // --calib (engine/gptq_calibration.h) for Kestrel's INT4 per-group formats and Q4_K, or by AWQ
 // over --calib (engine/awq_calibration.h) for any type, or by SmoothQuant's scales in the same pass
-// (meant for W8A8).
+// (meant for W8A8). TYPE auto: a type per matrix under a size budget (quantize_auto.h).
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -23,6 +23,7 @@
 #include "engine/imatrix.h"
 #include "quant/format.h"
 #include "perplexity_report.h"
+#include "quantize_auto.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
@@ -43,6 +44,7 @@ struct QuantizeOptions {
   double damp = 0.01;
   double alpha = -1.0;  // smoothquant: migration strength; < 0: searched per input group
   std::string output_type, embedding_type;
+  AutoQuantizeOptions automatic;  // type "auto"
 };
 
 // A type name given for one tensor (--output-tensor-type, --token-embedding-type).
@@ -234,7 +236,28 @@ std::map<std::string, EncodedTensor> awq_tensors(const QuantizeOptions& o, const
   return encoded;
 }
 
+// `auto`: the importance matrix (given, or from --calib), then quantize_auto.
+void quantize_mixed(const QuantizeOptions& o) {
+  if (o.calib.empty()) fail("auto needs a calibration text (--calib TEXT): it measures each tensor's KL divergence on it");
+  if (!o.method.empty() && o.method != "imatrix") fail("auto quantizes with importance weights; --method {} does not apply", o.method);
+  if (!o.output_type.empty() || !o.embedding_type.empty()) {
+    fail("auto chooses the output and embedding types itself; --output-tensor-type / --token-embedding-type do not apply");
+  }
+  AutoQuantizeOptions a = o.automatic;
+  a.input = o.input, a.output = o.output, a.calib = o.calib, a.ctx = o.calib_ctx, a.threads = o.threads;
+  check_auto_options(a);
+  ImportanceMatrix imatrix;
+  if (!o.imatrix.empty()) {
+    imatrix = load_imatrix(o.imatrix);
+  } else {
+    imatrix = imatrix_from_calibration(o);
+  }
+  quantize_auto(a, imatrix);
+}
+
 void quantize(const QuantizeOptions& o) {
+  if (o.type == "auto" || o.type == "AUTO") return quantize_mixed(o);
+  if (o.automatic.target_bpw > 0 || o.automatic.target_size_gib > 0) fail("--target-bpw / --target-size are for type auto");
   auto recipe = find_quant_recipe(o.type);
   if (!recipe) fail("unknown quantization type '{}' (choose one of: {})", o.type, quant_recipe_names());
   if (!o.output_type.empty()) recipe->output_type = tensor_type(o.output_type, "--output-tensor-type");
@@ -336,7 +359,8 @@ void register_quantize(CLI::App& app) {
                   "one type for every matrix (F32, F16, BF16, Q8_0, Q4_0, Q2_K_PURE, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, "
                   "TQ1_0, TQ2_0, MXFP4, INT8_PC, "
                   "INT4_SYM_G32/G64/G128, INT4_ASYM_G32/G64/G128, INT3_ASYM_G64/G128, INT2_ASYM_G64/G128, NF4, W8A8, "
-                  "FP8_E4M3_PC) or a llama.cpp "
+                  "FP8_E4M3_PC) or auto (a type per matrix under --target-bpw/--target-size, from measured "
+                  "sensitivities; needs --calib) or a llama.cpp "
                   "mixture (Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M). Note: llama-quantize's Q4_K "
                   "means Q4_K_M; here Q4_K is Q4_K for every matrix (Q2_K, as in llama-quantize, is the mixture)")
       ->required();
@@ -366,6 +390,17 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("--alpha", options->alpha, "smoothquant: migration strength (default: searched per input group among 0.3 ... 0.9)")->check(number_range(0.0, 1.0));
   cmd->add_option("--damp", options->damp, "gptq: dampening, as a fraction of the Hessian's mean diagonal (default 0.01)")
       ->check(number_range(1e-6, 10.0));
+  cmd->add_option("--target-bpw", options->automatic.target_bpw, "auto: bits per weight over the quantized matrices")
+      ->check(number_range(1.0, 32.0));
+  cmd->add_option("--target-size", options->automatic.target_size_gib, "auto: the output file's size in GiB")
+      ->check(number_range(1e-4, 1e6));
+  cmd->add_option("--auto-types", options->automatic.types,
+                  "auto: the types a matrix may take, comma separated (default Q3_K,Q4_K,Q5_K,Q6_K,Q8_0)");
+  cmd->add_option("--auto-probe", options->automatic.probe,
+                  "auto: the type each tensor's KL divergence is measured in (default Q3_K; one of --auto-types)");
+  cmd->add_option("--auto-chunks", options->automatic.chunks,
+                  "auto: calibration chunks (of --calib-ctx tokens) each tensor's KL divergence is measured on (default 4)")
+      ->check(int_range(1, 1 << 20));
   cmd->callback([options] { quantize(*options); });
 }
 

@@ -236,6 +236,10 @@ std::vector<QuantChoice> plan_quantization(const QuantRecipe& recipe,
     }
     if (recipe.embedding_type && t.name == "token_embd.weight") wanted = *recipe.embedding_type;
     if (recipe.output_type && t.name == "output.weight") wanted = *recipe.output_type;
+    if (recipe.tensor_types != nullptr) {
+      const auto it = recipe.tensor_types->find(t.name);
+      if (it != recipe.tensor_types->end()) wanted = it->second;
+    }
     choices[index] = {true, wanted, quant_type_that_fits(wanted, t.dims[0])};
   }
   return choices;

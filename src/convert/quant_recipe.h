@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -55,6 +56,8 @@ struct QuantRecipe {
   // output.weight (by name; a tied embedding is token_embd) take these when set.
   std::optional<DType> embedding_type = std::nullopt;
   std::optional<DType> output_type = std::nullopt;
+  // Types for single tensors by name, applied last (`quantize ... auto`'s plan); not owned.
+  const std::map<std::string, DType>* tensor_types = nullptr;
 };
 
 // The recipe for a name (case-insensitive), or nullopt.

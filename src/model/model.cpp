@@ -381,20 +381,25 @@ WeightView& LayerWeights::matrix(LinearKind kind) {
   fail("internal: the output head is not a layer matrix");
 }
 
-WeightView Model::replace_matrix(const std::string& name, const WeightView& w) {
-  WeightView* target = nullptr;
-  if (name == "token_embd.weight") {
-    target = &weights_.token_embd;
-  } else if (name == "output.weight" && !weights_.tied_output) {
-    target = &weights_.output;
-  }
+WeightView* Model::replaceable_matrix(const std::string& name) {
+  if (name == "token_embd.weight") return &weights_.token_embd;
+  if (name == "output.weight" && !weights_.tied_output) return &weights_.output;
   // Layer matrices by the same names the forward pass reports.
-  for (size_t il = 0; target == nullptr && il < weights_.layers.size(); ++il) {
+  for (size_t il = 0; il < weights_.layers.size(); ++il) {
     for (LinearKind k : {LinearKind::AttnQ, LinearKind::AttnK, LinearKind::AttnV, LinearKind::AttnOutput,
                          LinearKind::FfnGate, LinearKind::FfnUp, LinearKind::FfnDown}) {
-      if (linear_tensor_name(int64_t(il), k) == name) target = &weights_.layers[il].matrix(k);
+      if (linear_tensor_name(int64_t(il), k) == name) return &weights_.layers[il].matrix(k);
     }
   }
+  return nullptr;
+}
+
+bool Model::can_replace_matrix(const std::string& name) const {
+  return const_cast<Model*>(this)->replaceable_matrix(name) != nullptr;
+}
+
+WeightView Model::replace_matrix(const std::string& name, const WeightView& w) {
+  WeightView* target = replaceable_matrix(name);
   if (target == nullptr) fail("{}: no matrix '{}' to replace", file_->name(), name);
   if (w.rows != target->rows || w.cols != target->cols) {
     fail("{}: replacement for '{}' is {} x {}, the model's is {} x {}", file_->name(), name, w.rows,

@@ -123,8 +123,12 @@ class Model {
   // alive while the model runs) and returns the view it had: for measuring what quantizing one
   // tensor costs. Throws if the model has no such matrix.
   WeightView replace_matrix(const std::string& name, const WeightView& w);
+  // Whether replace_matrix knows the name (the embedding, an untied head, the layers' seven linear
+  // matrices; not fused or expert tensors).
+  bool can_replace_matrix(const std::string& name) const;
 
  private:
+  WeightView* replaceable_matrix(const std::string& name);
   Model() = default;
   void read_vocab_size();  // n_vocab from token_embd, checked against the tokenizer's
   void load_weights();

@@ -26,6 +26,7 @@
 #include "loader/gguf_reader.h"
 #include "model/model.h"
 #include "test_paths.h"
+#include "tinystories_divergence.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel {
@@ -57,18 +58,7 @@ std::map<std::string, DType> gptq_targets(const Model& model) {
 
 KlDivergence divergence(const std::string& base_path, const std::string& candidate_path, int64_t chunks,
                         DType kv = DType::F16) {
-  const auto base = Model::load(base_path);
-  const auto candidate = Model::load(candidate_path);
-  const auto tokenizer = Tokenizer::from_gguf(base->file());
-  const std::string text = test::read_file(test::shared_model_path("text/tinystories_val.txt"));
-  const auto tokens = tokenizer->encode(text.substr(kCalibrationBytes), true, false);
-  PerplexityOptions options;
-  options.n_ctx = 128;
-  options.max_chunks = chunks;
-  options.bos_token = tokenizer->vocab().add_bos ? tokenizer->bos_id() : -1;
-  options.base_model = base.get();
-  options.kv = candidate->kv_spec(kv, kv);
-  return *compute_perplexity(*candidate, tokens, options, nullptr).kld;
+  return test::tinystories_divergence(base_path, candidate_path, kCalibrationBytes, chunks, kv);
 }
 
 KlDivergence divergence_from_f32(const std::string& candidate_path) {

@@ -39,19 +39,18 @@ double mib(int64_t bytes) { return double(bytes) / (1 << 20); }
 
 }  // namespace
 
-void check_auto_options(const AutoQuantizeOptions& o) {
+AutoTypes check_auto_options(const AutoQuantizeOptions& o) {
   if ((o.target_bpw > 0) == (o.target_size_gib > 0)) fail("auto needs one budget: --target-bpw B or --target-size GIB");
-  const std::vector<DType> candidates = parse_types(o.types);
+  std::vector<DType> candidates = parse_types(o.types);
   const auto probe = dtype_from_name(o.probe);
   if (!probe || std::find(candidates.begin(), candidates.end(), *probe) == candidates.end()) {
     fail("--auto-probe {}: must be one of the candidate types ({})", o.probe, o.types);
   }
+  return {std::move(candidates), *probe};
 }
 
 void quantize_auto(const AutoQuantizeOptions& o, const ImportanceMatrix& imatrix) {
-  check_auto_options(o);
-  const std::vector<DType> candidates = parse_types(o.types);
-  const auto probe = dtype_from_name(o.probe);
+  const AutoTypes types = check_auto_options(o);
   const auto start = std::chrono::steady_clock::now();
   auto model = Model::load(o.input);
   check_imatrix_matches(imatrix, model->file(), "imatrix");
@@ -61,17 +60,13 @@ void quantize_auto(const AutoQuantizeOptions& o, const ImportanceMatrix& imatrix
   require_chunks(o.calib, tokens.size(), o.ctx, o.chunks, "--auto-chunks", "--calib-ctx");
 
   SensitivityOptions options;
-  options.candidates = candidates;
-  options.probe = *probe;
+  options.candidates = types.candidates;
+  options.probe = types.probe;
   options.perplexity = chunked_options(*tokenizer, o.ctx, 2048, o.chunks, o.threads);
   options.perplexity.kv = model->kv_spec(DType::F16, DType::F16);
   options.num_threads = o.threads > 0 ? o.threads : default_thread_count();
   const std::vector<QuantChoice> all = requantize_plan(model->file(), pure_quant_recipe(DType::Q4_K));
-  int64_t n_matrices = 0;
-  for (size_t i = 0; i < all.size(); ++i) {
-    const gguf::TensorInfo& t = model->file().tensors()[i];
-    n_matrices += all[i].quantized && t.dims.size() == 2 && model->can_replace_matrix(t.name);
-  }
+  const int64_t n_matrices = int64_t(sensitivity_tensors(*model).size());
   fmt::print(stderr, "auto: measuring {} matrices: each alone in {} over {} chunks of {} tokens of {}; candidates {}\n",
              n_matrices, o.probe, o.chunks, o.ctx, o.calib, o.types);
   ProgressBar progress("sensitivity", n_matrices);

@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "convert/imatrix_file.h"
+#include "core/dtype.h"
 
 namespace kestrel::cli {
 
@@ -21,8 +23,12 @@ struct AutoQuantizeOptions {
   int threads = 0;
 };
 
-// The options' own errors (the budget, the types), before anything slow runs.
-void check_auto_options(const AutoQuantizeOptions& o);
+// The options' own errors (the budget, the types), before anything slow runs; the parsed types.
+struct AutoTypes {
+  std::vector<DType> candidates;
+  DType probe;
+};
+AutoTypes check_auto_options(const AutoQuantizeOptions& o);
 void quantize_auto(const AutoQuantizeOptions& o, const ImportanceMatrix& imatrix);
 
 }  // namespace kestrel::cli

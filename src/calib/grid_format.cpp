@@ -74,7 +74,7 @@ class IntLowBitGrid : public GridFormat {
 
   void set_levels(uint8_t* block, const uint8_t* levels) const override {
     using Block = quant::BlockIntLowBit<G, Bits>;
-    quant::pack_group_levels<G, Bits>(levels, block + offsetof(Block, q));
+    quant::pack_group_levels<G, Bits>(levels, block + offsetof(Block, qs));
   }
 };
 

@@ -54,6 +54,17 @@ double encode_and_measure(ThreadPool& pool, const std::vector<float>& values, in
 
 }  // namespace
 
+std::vector<size_t> sensitivity_tensors(const Model& model) {
+  const gguf::GgufFile& file = model.file();
+  const std::vector<QuantChoice> plan = requantize_plan(file, pure_quant_recipe(DType::Q4_K));
+  std::vector<size_t> out;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const gguf::TensorInfo& t = file.tensors()[i];
+    if (plan[i].quantized && t.dims.size() == 2 && model.can_replace_matrix(t.name)) out.push_back(i);
+  }
+  return out;
+}
+
 calib::TensorOptions TensorSensitivity::options() const {
   calib::TensorOptions o{name, {}};
   for (size_t i = 0; i < types.size(); ++i) {
@@ -76,12 +87,9 @@ std::vector<TensorSensitivity> measure_tensor_sensitivity(
   run.base_logits_cache = &base_logits;
   compute_perplexity(model, tokens, run, nullptr);  // the base's logits, once
 
-  const gguf::GgufFile& file = model.file();
-  const std::vector<QuantChoice> plan = requantize_plan(file, pure_quant_recipe(DType::Q4_K));
   std::vector<TensorSensitivity> out;
-  for (size_t i = 0; i < plan.size(); ++i) {
-    const gguf::TensorInfo& t = file.tensors()[i];
-    if (!plan[i].quantized || t.dims.size() != 2 || !model.can_replace_matrix(t.name)) continue;
+  for (size_t i : sensitivity_tensors(model)) {
+    const gguf::TensorInfo& t = model.file().tensors()[i];
     const int64_t n = t.dims[0];
     std::vector<float> importance;
     if (imatrix != nullptr) {

@@ -39,8 +39,12 @@ struct SensitivityOptions {
 };
 
 // The matrices `kestrel quantize` would quantize (2-D: token embedding, output head, layer
-// matrices) and the model can swap (Model::can_replace_matrix: not fused or expert tensors), in
-// file order, each measured; `on_tensor` after each. The model is left as loaded.
+// matrices) and the model can swap (Model::can_replace_matrix: not fused or expert tensors): their
+// indices in the file's tensor list.
+std::vector<size_t> sensitivity_tensors(const Model& model);
+
+// Each of sensitivity_tensors(model), in file order, measured; `on_tensor` after each. The model
+// is left as loaded.
 std::vector<TensorSensitivity> measure_tensor_sensitivity(
     Model& model, const std::vector<TokenId>& tokens, const SensitivityOptions& options,
     const ImportanceMatrix* imatrix, const std::function<void(const TensorSensitivity&)>& on_tensor);

@@ -316,12 +316,12 @@ struct BlockIntLowBit {
   static_assert((G == 64 || G == 128) && (Bits == 2 || Bits == 3));
   uint16_t d;  // F16 bits
   uint16_t m;  // F16 bits
-  uint8_t q[G * Bits / 8];
+  uint8_t qs[G * Bits / 8];
 };
 static_assert(sizeof(BlockIntLowBit<64, 3>) == 28 && sizeof(BlockIntLowBit<128, 3>) == 52 &&
               sizeof(BlockIntLowBit<64, 2>) == 20 && sizeof(BlockIntLowBit<128, 2>) == 36);
 
-// The level of value i of a group's packed levels: INT4 (Bits 4) as nibbles, byte i % (G/2), low
+// The level of value i of a group's packed levels (qs): INT4 (Bits 4) as nibbles, byte i % (G/2), low
 // nibble for the first half; INT3/INT2 in the strided bit planes above.
 template <int G, int Bits>
 inline int group_level(const uint8_t* q, int i) {
@@ -365,10 +365,18 @@ inline constexpr int kNF4BlockSize = 64;
 // splits exactly into 128 * hi + lo with hi = round(code * 127) and |lo| <= 64, two int8 tables the
 // SIMD kernels shuffle from, so their integer sums are the reference's.
 inline constexpr int kNF4LevelScale = 16256;
-inline constexpr int16_t nf4_level(int index) {
-  const float v = kNF4Codes[index] * float(kNF4LevelScale);
-  return int16_t(v >= 0.0f ? int(v + 0.5f) : -int(-v + 0.5f));
-}
+struct NF4LevelTable {
+  int16_t v[16];
+};
+inline constexpr NF4LevelTable kNF4Levels = [] {
+  NF4LevelTable table{};
+  for (int i = 0; i < 16; ++i) {
+    const float v = kNF4Codes[i] * float(kNF4LevelScale);
+    table.v[i] = int16_t(v >= 0.0f ? int(v + 0.5f) : -int(-v + 0.5f));
+  }
+  return table;
+}();
+inline constexpr int16_t nf4_level(int index) { return kNF4Levels.v[index]; }
 inline constexpr int8_t nf4_level_high(int index) {
   const int level = nf4_level(index);
   return int8_t(level >= 0 ? (level + 64) / 128 : -((-level + 63) / 128));

@@ -7,6 +7,7 @@
 // assigned against the scales as stored (after F16 rounding).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/half.h"
 #include "quant/blocks.h"
@@ -17,28 +18,16 @@
 namespace kestrel::quant::ref {
 namespace {
 
-// The block type of a (G, Bits) format and its packed levels (group_level in quant/blocks.h).
+// The block type of a (G, Bits) format; both keep the packed levels in `qs`.
 template <int G, int Bits>
-struct GroupLevels {
-  using Block = BlockIntLowBit<G, Bits>;
-  static const uint8_t* q(const Block& block) { return block.q; }
-  static uint8_t* q(Block& block) { return block.q; }
-};
-
-template <int G>
-struct GroupLevels<G, 4> {
-  using Block = BlockInt4Asym<G>;
-  static const uint8_t* q(const Block& block) { return block.qs; }
-  static uint8_t* q(Block& block) { return block.qs; }
-};
+using AsymBlock = std::conditional_t<Bits == 4, BlockInt4Asym<G>, BlockIntLowBit<G, Bits>>;
 
 }  // namespace
 
 template <int G, int Bits>
 void quantize_row_int_asym(const float* src, void* dst, int64_t n) {
-  using Levels = GroupLevels<G, Bits>;
   constexpr float kMaxLevel = float((1 << Bits) - 1);
-  auto* blocks = static_cast<typename Levels::Block*>(dst);
+  auto* blocks = static_cast<AsymBlock<G, Bits>*>(dst);
   for (int64_t b = 0; b < n / G; ++b) {
     const float* x = src + b * G;
     float lo = x[0], hi = x[0];
@@ -55,25 +44,23 @@ void quantize_row_int_asym(const float* src, void* dst, int64_t n) {
     for (int i = 0; i < G; ++i) {
       levels[i] = uint8_t(std::clamp(round_nearest((x[i] - m) * inverse), 0.0f, kMaxLevel));
     }
-    pack_group_levels<G, Bits>(levels, Levels::q(blocks[b]));
+    pack_group_levels<G, Bits>(levels, blocks[b].qs);
   }
 }
 
 template <int G, int Bits>
 void dequantize_row_int_asym(const void* src, float* dst, int64_t n) {
-  using Levels = GroupLevels<G, Bits>;
-  const auto* blocks = static_cast<const typename Levels::Block*>(src);
+  const auto* blocks = static_cast<const AsymBlock<G, Bits>*>(src);
   for (int64_t b = 0; b < n / G; ++b) {
     const float d = fp16_to_float(blocks[b].d);
     const float m = fp16_to_float(blocks[b].m);
-    for (int i = 0; i < G; ++i) dst[b * G + i] = d * float(group_level<G, Bits>(Levels::q(blocks[b]), i)) + m;
+    for (int i = 0; i < G; ++i) dst[b * G + i] = d * float(group_level<G, Bits>(blocks[b].qs, i)) + m;
   }
 }
 
 template <int G, int Bits>
 float vec_dot_int_asym_q8_1(const void* w, const void* a, int64_t n) {
-  using Levels = GroupLevels<G, Bits>;
-  const auto* x = static_cast<const typename Levels::Block*>(w);
+  const auto* x = static_cast<const AsymBlock<G, Bits>*>(w);
   const BlockQ8_1* y = static_cast<const BlockQ8_1*>(a);
   constexpr int kSubBlocks = G / kQ8_0BlockSize;
   float sum = 0.0f;
@@ -84,7 +71,7 @@ float vec_dot_int_asym_q8_1(const void* w, const void* a, int64_t n) {
       const BlockQ8_1& act = y[b * kSubBlocks + s];
       int32_t dot = 0;
       for (int i = 0; i < kQ8_0BlockSize; ++i) {
-        dot += group_level<G, Bits>(Levels::q(x[b]), s * kQ8_0BlockSize + i) * int32_t(act.qs[i]);
+        dot += group_level<G, Bits>(x[b].qs, s * kQ8_0BlockSize + i) * int32_t(act.qs[i]);
       }
       // sum_i (d q_i + m) a_i = d * d_a * dot + m * s_a.
       sum += d * (fp16_to_float(act.d) * float(dot)) + m * fp16_to_float(act.s);

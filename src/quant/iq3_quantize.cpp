@@ -196,10 +196,7 @@ void fit_weights(const float* x, const float* importance, float* w) {
     std::fill(w, w + kQK_K, 1.0f);
     return;
   }
-  float sigma2 = 0.0f;
-  for (int i = 0; i < kQK_K; ++i) sigma2 += x[i] * x[i];
-  sigma2 *= 2.0f / float(kQK_K);
-  for (int i = 0; i < kQK_K; ++i) w[i] = importance[i] * std::sqrt(sigma2 + x[i] * x[i]);
+  importance_weights(x, kQK_K, importance, w);
 }
 
 // A super-block: its F16 d, scale codes and each sub-block's assignment at its stored step

@@ -76,10 +76,7 @@ void fit_weights(const float* x, int n, const float* importance, float* w) {
     for (int i = 0; i < n; ++i) w[i] = x[i] * x[i];
     return;
   }
-  float sigma2 = 0.0f;
-  for (int i = 0; i < n; ++i) sigma2 += x[i] * x[i];
-  sigma2 *= 2.0f / float(n);
-  for (int i = 0; i < n; ++i) w[i] = importance[i] * std::sqrt(sigma2 + x[i] * x[i]);
+  importance_weights(x, n, importance, w);
 }
 
 // The 16 index bytes of a group: each value's nearest level at the stored step d.

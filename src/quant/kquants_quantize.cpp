@@ -17,6 +17,14 @@
 #include "quant/no_fp_contract.h"  // last: no fused multiply-add in this file
 
 namespace kestrel::quant::ref {
+
+void importance_weights(const float* x, int n, const float* importance, float* w) {
+  float sigma2 = 0.0f;
+  for (int i = 0; i < n; ++i) sigma2 += x[i] * x[i];
+  sigma2 *= 2.0f / float(n);
+  for (int i = 0; i < n; ++i) w[i] = importance[i] * std::sqrt(sigma2 + x[i] * x[i]);
+}
+
 namespace {
 
 // ---------------------------------------------------------------------------------------------
@@ -337,10 +345,7 @@ void quantize_q45_superblock(const float* x, int nmax, uint16_t* d_bits, uint16_
 // importance times sqrt(sigma^2 + x^2), sigma^2 twice the super-block's mean square, so large
 // weights of an important channel count most.
 void affine_weights(const float* x, const float* importance, float w[kQK_K]) {
-  float sum_x2 = 0.0f;
-  for (int i = 0; i < kQK_K; ++i) sum_x2 += x[i] * x[i];
-  const float sigma2 = 2.0f * sum_x2 / float(kQK_K);
-  for (int i = 0; i < kQK_K; ++i) w[i] = importance[i] * std::sqrt(sigma2 + x[i] * x[i]);
+  importance_weights(x, kQK_K, importance, w);
 }
 
 template <bool Weighted>
@@ -437,10 +442,7 @@ void quantize_row_q3_K_impl(const float* src, void* dst, int64_t n, const float*
     if (importance == nullptr) {
       for (int i = 0; i < kQK_K; ++i) w[i] = x[i] * x[i];
     } else {
-      float sum_xx = 0.0f;
-      for (int i = 0; i < kQK_K; ++i) sum_xx += x[i] * x[i];
-      const float sigma2 = 2.0f * sum_xx / float(kQK_K);
-      for (int i = 0; i < kQK_K; ++i) w[i] = importance[b * kQK_K + i] * std::sqrt(sigma2 + x[i] * x[i]);
+      affine_weights(x, importance + b * kQK_K, w);
     }
     float scales[kQK_K / kSub];
     float extreme = 0.0f;

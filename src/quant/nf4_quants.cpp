@@ -57,16 +57,12 @@ int nearest_index(float v) { return bucket(std::clamp(v, -1.0f, 1.0f)); }
 
 // Importance-weighted: scales absmax * (1 - 0.02 k), k = 0 .. 15, indices by nearest level, then d
 // fitted by least squares on sum w_i (x_i - d level_i)^2; the best fit (then indices re-chosen at
-// the stored F16 d) wins. Weights: importance * sqrt(sigma2 + x^2) as llama.cpp's quantizers.
+// the stored F16 d) wins. Weights: importance_weights, as llama.cpp's quantizers.
 void quantize_block_weighted(const float* x, const float* importance, BlockNF4& block) {
-  float absmax = 0.0f, sigma2 = 0.0f;
-  for (int i = 0; i < kBlock; ++i) {
-    absmax = std::max(absmax, std::fabs(x[i]));
-    sigma2 += x[i] * x[i];
-  }
-  sigma2 *= 2.0f / float(kBlock);
+  float absmax = 0.0f;
+  for (int i = 0; i < kBlock; ++i) absmax = std::max(absmax, std::fabs(x[i]));
   float w[kBlock];
-  for (int i = 0; i < kBlock; ++i) w[i] = importance[i] * std::sqrt(sigma2 + x[i] * x[i]);
+  importance_weights(x, kBlock, importance, w);
   float best_d = 0.0f, best_gain = -1.0f;
   if (absmax > 1e-30f) {
     for (int k = 0; k < 16; ++k) {

@@ -118,6 +118,10 @@ void dequantize_row_int4_sym(const void* src, float* dst, int64_t n);
 template <int G>
 float vec_dot_int4_sym_q8_0(const void* w, const void* a, int64_t n);
 
+// The per-value weights llama.cpp's quantizers fit with an importance matrix (kquants_quantize.cpp):
+// w_i = importance_i * sqrt(sigma^2 + x_i^2), sigma^2 twice the mean square of the n values.
+void importance_weights(const float* x, int n, const float* importance, float* w);
+
 // NF4 (nf4_quants.cpp): bitsandbytes' quantizer, an importance-weighted one, the dot with Q8_0.
 void quantize_row_nf4(const float* src, void* dst, int64_t n);
 void quantize_row_nf4_weighted(const float* src, void* dst, int64_t n, const float* importance);

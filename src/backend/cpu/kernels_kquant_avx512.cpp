@@ -32,16 +32,17 @@ constexpr QwordMatrix q4k_nibbles() {
   for (int q = 0; q < 8; ++q) matrix.m[q] = q % 2 == 0 ? kLowNibble : kHighNibble;
   return matrix;
 }
-// Q5_K: the fifth bit of element 32j + l is bit j of qh[l]; group p (j = p / 2) takes dword
-// 4 (p % 2) + v of qh, and both lanes of qword q are groups of sub-block q.
-constexpr DwordIndex q5k_high_gather(int v) {
+// A bit mask over 32 bytes whose bit q of byte l belongs to element 32q + l (Q5_K's qh: the fifth
+// bit; Q3_K's hmask: the high bit, q = 4h + k): group p takes dword 4 (p % 2) + v, and both lanes
+// of qword q are groups of element block q.
+constexpr DwordIndex bit_mask_gather(int v) {
   DwordIndex index{};
   for (int p = 0; p < 16; ++p) index.i[p] = 4 * (p % 2) + v;
   return index;
 }
-constexpr QwordMatrix q5k_high_bit() {  // bit q -> bit 4
+constexpr QwordMatrix bit_q_to(int out_bit) {  // qword q: bit q -> bit out_bit
   QwordMatrix matrix{};
-  for (int q = 0; q < 8; ++q) matrix.m[q] = uint64_t(1u << q) << 24;
+  for (int q = 0; q < 8; ++q) matrix.m[q] = uint64_t(1u << q) << (8 * (7 - out_bit));
   return matrix;
 }
 // Q6_K: in half h of the block (elements 128h ..), element 32j + l (j < 4) is ql[64h + l + 32 (j
@@ -51,7 +52,9 @@ constexpr DwordIndex q6k_low_gather(int v) {
   for (int p = 0; p < 16; ++p) index.i[p] = 16 * (p / 8) + 8 * ((p / 2) % 2) + 4 * (p % 2) + v;
   return index;
 }
-constexpr DwordIndex q6k_high_gather(int v) {
+// Half h = p / 8 of a 64-byte field in 32-byte halves: dword 8h + 4 (p % 2) + v (Q6_K's qh, Q2_K's
+// and Q3_K's qs).
+constexpr DwordIndex half_gather(int v) {
   DwordIndex index{};
   for (int p = 0; p < 16; ++p) index.i[p] = 8 * (p / 8) + 4 * (p % 2) + v;
   return index;
@@ -68,30 +71,15 @@ constexpr QwordMatrix q6k_high_bits() {
 }
 
 // Q2_K/Q3_K qs: element 128h + 32k + l is bits 2k, 2k + 1 of qs[32h + l]; group p (h = p / 8,
-// k = (p % 8) / 2, l = 16 (p % 2) + 4v ..) is dword 8h + 4 (p % 2) + v, and both lanes of qword q
-// have k = q % 4.
-constexpr DwordIndex q2k_gather(int v) {
-  DwordIndex index{};
-  for (int p = 0; p < 16; ++p) index.i[p] = 8 * (p / 8) + 4 * (p % 2) + v;
-  return index;
-}
+// k = (p % 8) / 2, l = 16 (p % 2) + 4v ..) is dword 8h + 4 (p % 2) + v (half_gather, as Q6_K's qh),
+// and both lanes of qword q have k = q % 4.
 constexpr QwordMatrix q2k_crumbs() {  // bits 2k, 2k + 1 -> bits 0, 1
   QwordMatrix matrix{};
   for (int q = 0; q < 8; ++q) matrix.m[q] = uint64_t(1u << (2 * (q % 4))) << 56 | uint64_t(2u << (2 * (q % 4))) << 48;
   return matrix;
 }
-// Q3_K hmask: the high bit of element 128h + 32k + l is bit 4h + k of hmask[l]: group p is dword
-// 4 (p % 2) + v, and for qword q (h = q / 4, k = q % 4) the bit is bit q.
-constexpr DwordIndex q3k_high_gather(int v) {
-  DwordIndex index{};
-  for (int p = 0; p < 16; ++p) index.i[p] = 4 * (p % 2) + v;
-  return index;
-}
-constexpr QwordMatrix q3k_high_bit() {  // bit q -> bit 2
-  QwordMatrix matrix{};
-  for (int q = 0; q < 8; ++q) matrix.m[q] = uint64_t(1u << q) << 40;
-  return matrix;
-}
+// Q3_K hmask: the high bit of element 128h + 32k + l is bit 4h + k of hmask[l] (bit_mask_gather,
+// bit_q_to(2)).
 
 // What the formats with a scale and a min per group share (Q4_K, Q5_K, Q2_K): levels from 0, acc +=
 // float(sum of 4 dpbusd) * scale_p * d_a + min_p * (d_a * sum of group p's activations, the
@@ -127,9 +115,9 @@ struct Q45KKernel : AffineLanesKernel<Q45KKernel<kFiveBit>> {
   static constexpr int64_t kBlockBytes = kFiveBit ? 176 : 144, kStepBytes = kBlockBytes;
   static constexpr DwordIndex kGather[4] = {q4k_gather(0), q4k_gather(1), q4k_gather(2), q4k_gather(3)};
   static constexpr QwordMatrix kNibbles = q4k_nibbles();
-  static constexpr DwordIndex kHighGather[4] = {q5k_high_gather(0), q5k_high_gather(1), q5k_high_gather(2),
-                                                q5k_high_gather(3)};
-  static constexpr QwordMatrix kHighBit = q5k_high_bit();
+  static constexpr DwordIndex kHighGather[4] = {bit_mask_gather(0), bit_mask_gather(1), bit_mask_gather(2),
+                                                bit_mask_gather(3)};
+  static constexpr QwordMatrix kHighBit = bit_q_to(4);
   static __m512 per_group(uint64_t bytes, float factor) {
     return _mm512_mul_ps(_mm512_cvtepi32_ps(per_group_bytes(bytes)), _mm512_set1_ps(factor));
   }
@@ -159,8 +147,8 @@ struct Q6KKernel : OffsetLanesKernel<Q6KKernel> {
   static constexpr int64_t kBlockBytes = 210, kStepBytes = 210;
   static constexpr DwordIndex kLowGather[4] = {q6k_low_gather(0), q6k_low_gather(1), q6k_low_gather(2),
                                                q6k_low_gather(3)};
-  static constexpr DwordIndex kHighGather[4] = {q6k_high_gather(0), q6k_high_gather(1), q6k_high_gather(2),
-                                                q6k_high_gather(3)};
+  static constexpr DwordIndex kHighGather[4] = {half_gather(0), half_gather(1), half_gather(2),
+                                                half_gather(3)};
   static constexpr QwordMatrix kLowBits = q6k_low_bits(), kHighBits = q6k_high_bits();
   // W: q (0..63), not q - 32; scale d * scale of group p.
   static W load_w(const uint8_t* row, int64_t s) {
@@ -184,7 +172,7 @@ struct Q6KKernel : OffsetLanesKernel<Q6KKernel> {
 struct Q2KKernel : AffineLanesKernel<Q2KKernel> {
 
   static constexpr int64_t kBlockBytes = 84, kStepBytes = kBlockBytes;
-  static constexpr DwordIndex kGather[4] = {q2k_gather(0), q2k_gather(1), q2k_gather(2), q2k_gather(3)};
+  static constexpr DwordIndex kGather[4] = {half_gather(0), half_gather(1), half_gather(2), half_gather(3)};
   static constexpr QwordMatrix kCrumbs = q2k_crumbs();
   static W load_w(const uint8_t* row, int64_t s) {
     const uint8_t* p = row + s * kBlockBytes;
@@ -203,10 +191,10 @@ struct Q2KKernel : AffineLanesKernel<Q2KKernel> {
 // at -4 bsum_p); signed 6-bit scales (12 bytes at 96) against d at 108.
 struct Q3KKernel : OffsetLanesKernel<Q3KKernel> {
   static constexpr int64_t kBlockBytes = 110, kStepBytes = 110;
-  static constexpr DwordIndex kLowGather[4] = {q2k_gather(0), q2k_gather(1), q2k_gather(2), q2k_gather(3)};
-  static constexpr DwordIndex kHighGather[4] = {q3k_high_gather(0), q3k_high_gather(1), q3k_high_gather(2),
-                                                q3k_high_gather(3)};
-  static constexpr QwordMatrix kCrumbs = q2k_crumbs(), kHighBit = q3k_high_bit();
+  static constexpr DwordIndex kLowGather[4] = {half_gather(0), half_gather(1), half_gather(2), half_gather(3)};
+  static constexpr DwordIndex kHighGather[4] = {bit_mask_gather(0), bit_mask_gather(1), bit_mask_gather(2),
+                                                bit_mask_gather(3)};
+  static constexpr QwordMatrix kCrumbs = q2k_crumbs(), kHighBit = bit_q_to(2);
   // The 16 scale codes (quant/blocks.h: low 4 bits of code j in byte j % 8, high nibble for j >= 8;
   // top 2 bits in byte 8 + j % 4 at 2 (j / 4)), minus 32, four at a time.
   static __m128i scales_i8(const uint8_t* p) {

@@ -39,18 +39,23 @@ struct Q8KLayout {
   static int64_t row_bytes(int64_t k) { return k / 256 * kBlockBytes; }
 };
 
-inline void convert_q8_k(const float* x, uint8_t* out, int64_t k) {
+// The largest |x_i| of n floats (n a multiple of 8). max(|x|, acc) keeps acc when x is NaN, as
+// std::max(amax, |x|) in the references does.
+inline float abs_max(const float* x, int64_t n) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), m);
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+inline void convert_q8_k(const float* x, uint8_t* out, int64_t k) {
   for (int64_t b = 0; b < k / 256; ++b) {
     const float* xb = x + b * 256;
     uint8_t* block = out + b * Q8KLayout::kBlockBytes;
-    __m256 m = _mm256_setzero_ps();
-    // max(|x|, acc) keeps acc when x is NaN, as std::max(amax, |x|) in the reference does.
-    for (int i = 0; i < 256; i += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + i)), m);
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_max_ss(h, _mm_movehdup_ps(h));
-    const float amax = _mm_cvtss_f32(h);
+    const float amax = abs_max(xb, 256);
     const float d = amax / 127.0f;
     const __m256 inverse = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
     alignas(32) int8_t q[256];

@@ -17,13 +17,7 @@ constexpr int64_t kHeader = 32;  // d_a (F32), padding
 int64_t w8a8_row_bytes(int64_t k) { return kHeader + k; }
 
 void convert_per_token(const float* x, uint8_t* out, int64_t k) {
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  __m256 m = _mm256_setzero_ps();
-  for (int64_t i = 0; i < k; i += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), m);
-  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_max_ss(h, _mm_movehdup_ps(h));
-  const float amax = _mm_cvtss_f32(h);
+  const float amax = abs_max(x, k);
   const float d = amax / 127.0f;
   const __m256 inverse = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
   for (int64_t i = 0; i < k; i += 32) {

@@ -11,9 +11,19 @@
 namespace kestrel::test {
 
 // Makes every byte of each block of a quantized row random except its scale (TQ: the F16 d, the
-// last two bytes; MXFP4: the exponent, the first byte), and sets every third MXFP4 exponent to an
-// edge value. Other formats are left as they are.
+// last two bytes; MXFP4: the exponent, the first byte; INT4_ZP: the scale's bits, but its zero
+// point byte too), and sets every third MXFP4 exponent to an edge value. Other formats are left
+// as they are.
 inline void randomize_codes(const quant::WeightFormat& format, uint8_t* row, int64_t cols, std::mt19937& rng) {
+  if (format.type == DType::INT4_ZP_G32 || format.type == DType::INT4_ZP_G64 || format.type == DType::INT4_ZP_G128) {
+    // Any zero point byte (the quantizer writes 0..15) and any nibbles.
+    for (int64_t b = 0; b < cols / format.block_size; ++b) {
+      uint8_t* block = row + b * format.block_bytes;
+      block[0] = uint8_t(rng());
+      for (int64_t i = 4; i < format.block_bytes; ++i) block[i] = uint8_t(rng());
+    }
+    return;
+  }
   const bool ternary = format.type == DType::TQ1_0 || format.type == DType::TQ2_0;
   if (!ternary && format.type != DType::MXFP4) return;
   const int64_t scale_begin = ternary ? format.block_bytes - 2 : 0, scale_end = ternary ? format.block_bytes : 1;

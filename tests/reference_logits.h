@@ -65,9 +65,11 @@ inline std::vector<float> batch_logits(const Model& model, const std::vector<std
 }
 
 // `reference` holds a "prompts" list (a reference.json, or a part of one with its own prompts).
+// relative_tolerance: of max|logit| (1e-4 for float weights; a quantized model's integer kernels
+// also round the activations to 8 bits, see prequantized_test.cpp).
 inline void expect_batch_logits_match(const Model& model, const nlohmann::json& reference, const std::string& label,
-                                      int64_t context_length = 0) {
-  constexpr double kRelativeTolerance = 1e-4;
+                                      int64_t context_length = 0, double relative_tolerance = 1e-4) {
+  const double kRelativeTolerance = relative_tolerance;
   constexpr double kAbsoluteTolerance = 1e-4;
   const nlohmann::json& prompts = reference["prompts"];
   std::vector<std::vector<TokenId>> tokens;

@@ -64,6 +64,16 @@ void info(const InfoOptions& o) {
     fmt::print(" {} x {} ({})", entry.first, name, human_bytes(double(entry.second)));
   }
   fmt::print("\n");
+  // A pre-quantized Hugging Face checkpoint (loader/hf_quantized.h): what it was, and any layer
+  // no Kestrel format holds exactly (kept as F32).
+  if (const gguf::Value* source = model->file().find("kestrel.quantization.source"); source && source->as_string()) {
+    fmt::print("checkpoint:      {}\n", *source->as_string());
+  }
+  if (const gguf::Value* f = model->file().find("kestrel.quantization.fallbacks"); f && f->as_array()) {
+    for (const gguf::Value& v : f->as_array()->items) {
+      if (v.as_string()) fmt::print("  F32 fallback:  {}\n", *v.as_string());
+    }
+  }
 
   const double weights = double(model->weight_bytes());
   KvCacheSpec spec = model->kv_spec(o.kv.k_type(), o.kv.v_type(), o.block_size);

@@ -110,7 +110,7 @@ std::map<std::string, EncodedTensor> gptq_tensors(const std::string& input, cons
   }
   if (targets.empty()) {
     fail("--method gptq: no layer matrix of {} is to become a type GPTQ can target (Q4_K, INT4_SYM_G32/G64/G128, "
-         "INT4_ASYM_G32/G64/G128, INT3_ASYM_G64/G128, INT2_ASYM_G64/G128); {} gives: {}", input, recipe.name, other_types);
+         "INT4_ASYM_G32/G64/G128, INT4_ZP_G32/G64/G128, INT3_ASYM_G64/G128, INT2_ASYM_G64/G128); {} gives: {}", input, recipe.name, other_types);
   }
   if (!other_types.empty()) {
     fmt::print(stderr, "gptq: the other matrices by their type's quantizer, with this pass's importance matrix "
@@ -358,7 +358,8 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("type", options->type,
                   "one type for every matrix (F32, F16, BF16, Q8_0, Q4_0, Q2_K_PURE, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, "
                   "TQ1_0, TQ2_0, MXFP4, INT8_PC, "
-                  "INT4_SYM_G32/G64/G128, INT4_ASYM_G32/G64/G128, INT3_ASYM_G64/G128, INT2_ASYM_G64/G128, NF4, W8A8, "
+                  "INT4_SYM_G32/G64/G128, INT4_ASYM_G32/G64/G128, INT4_ZP_G32/G64/G128 (GPTQ's zero-point grid), "
+                  "INT3_ASYM_G64/G128, INT2_ASYM_G64/G128, NF4, W8A8, "
                   "FP8_E4M3_PC) or auto (a type per matrix under --target-bpw/--target-size, from measured "
                   "sensitivities; needs --calib) or a llama.cpp "
                   "mixture (Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M). Note: llama-quantize's Q4_K "
@@ -371,7 +372,7 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("--method", options->method,
                   "rtn (round to nearest), imatrix (importance-weighted error: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q5_0, IQ4_NL, IQ4_XS, NF4, IQ3_XXS, "
                   "IQ3_S) or gptq "
-                  "(Q4_K, INT4_SYM_G*/INT4_ASYM_G*/INT3_ASYM_G*/INT2_ASYM_G*, needs --calib) or awq (activation-aware scales and clipping, any "
+                  "(Q4_K, INT4_SYM_G*/INT4_ASYM_G*/INT4_ZP_G*/INT3_ASYM_G*/INT2_ASYM_G*, needs --calib) or awq (activation-aware scales and clipping, any "
                   "type, needs --calib) or smoothquant (activation outliers moved into the weights, for W8A8; "
                   "needs --calib); default: imatrix with --imatrix or --calib, else rtn")
       ->check(CLI::IsMember({"rtn", "imatrix", "gptq", "awq", "awq-gptq", "smoothquant"}));

@@ -18,6 +18,10 @@ struct WeightView {
   int64_t rows = 0;
   int64_t cols = 0;
   const void* data = nullptr;
+  // Null, or [cols]: column c of W multiplies x[t][input_order[c]] (a permutation). GPTQ's
+  // act-order checkpoints store columns sorted by group; this reads the input in that order
+  // instead of reordering the weights' groups.
+  const int32_t* input_order = nullptr;
 };
 
 struct RopeParams {

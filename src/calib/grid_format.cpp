@@ -23,18 +23,29 @@ float AffineGrid::value(int level) const { return step * float(level - offset) -
 
 namespace {
 
-// Kestrel's INT4 per-group formats: one grid per block of G values (quant/blocks.h).
+// Kestrel's INT4 per-group formats: one grid per block of G values (quant/blocks.h). Sym: F16 d,
+// x = d (q - 8); Asym: F16 d and m, x = d q + m; ZeroPoint (INT4_ZP, GPTQ's own grid): x = s (q - z).
 class Int4Grid : public GridFormat {
  public:
-  Int4Grid(DType type, int64_t g, bool symmetric)
-      : GridFormat(type, g, g, quant::require_format(type).block_bytes), symmetric_(symmetric) {}
+  enum class Kind { Sym, Asym, ZeroPoint };
+  Int4Grid(DType type, int64_t g, Kind kind)
+      : GridFormat(type, g, g, quant::require_format(type).block_bytes), symmetric_(kind == Kind::Sym), kind_(kind) {}
 
   void choose(const float* values, const float* importance, uint8_t* block, AffineGrid* grids) const override {
     quant::quantize_row_with_importance(quant::require_format(type()), values, block, block_values(), importance);
+    AffineGrid& grid = grids[0];
+    if (kind_ == Kind::ZeroPoint) {
+      uint32_t word;
+      std::memcpy(&word, block, 4);
+      const int z = quant::zp_zero(word);
+      grid.step = quant::zp_scale(word);
+      grid.inverse = grid.step != 0.0f ? 1.0f / grid.step : 0.0f;
+      grid.shift = 0.0f, grid.qmin = -z, grid.qmax = 15 - z, grid.offset = z;
+      return;
+    }
     uint16_t d_bits, m_bits = 0;
     std::memcpy(&d_bits, block, 2);
     if (!symmetric_) std::memcpy(&m_bits, block + 2, 2);
-    AffineGrid& grid = grids[0];
     grid.step = fp16_to_float(d_bits);
     grid.inverse = grid.step != 0.0f ? 1.0f / grid.step : 0.0f;
     if (symmetric_) {
@@ -53,6 +64,7 @@ class Int4Grid : public GridFormat {
 
  private:
   bool symmetric_;
+  Kind kind_;
 };
 
 // Kestrel's INT3 / INT2 asymmetric per-group formats: one grid (levels 0 .. 2^Bits - 1 above the
@@ -111,9 +123,12 @@ class Q4KGrid : public GridFormat {
 };
 
 const GridFormat* find(DType type) {
-  static const Int4Grid sym32(DType::INT4_SYM_G32, 32, true), sym64(DType::INT4_SYM_G64, 64, true),
-      sym128(DType::INT4_SYM_G128, 128, true), asym32(DType::INT4_ASYM_G32, 32, false),
-      asym64(DType::INT4_ASYM_G64, 64, false), asym128(DType::INT4_ASYM_G128, 128, false);
+  using K = Int4Grid::Kind;
+  static const Int4Grid sym32(DType::INT4_SYM_G32, 32, K::Sym), sym64(DType::INT4_SYM_G64, 64, K::Sym),
+      sym128(DType::INT4_SYM_G128, 128, K::Sym), asym32(DType::INT4_ASYM_G32, 32, K::Asym),
+      asym64(DType::INT4_ASYM_G64, 64, K::Asym), asym128(DType::INT4_ASYM_G128, 128, K::Asym),
+      zp32(DType::INT4_ZP_G32, 32, K::ZeroPoint), zp64(DType::INT4_ZP_G64, 64, K::ZeroPoint),
+      zp128(DType::INT4_ZP_G128, 128, K::ZeroPoint);
   static const Q4KGrid q4k;
   static const IntLowBitGrid<64, 3> int3_64(DType::INT3_ASYM_G64);
   static const IntLowBitGrid<128, 3> int3_128(DType::INT3_ASYM_G128);
@@ -124,7 +139,8 @@ const GridFormat* find(DType type) {
                               static_cast<const GridFormat*>(&asym64), static_cast<const GridFormat*>(&asym128),
                               static_cast<const GridFormat*>(&q4k), static_cast<const GridFormat*>(&int3_64),
                               static_cast<const GridFormat*>(&int3_128), static_cast<const GridFormat*>(&int2_64),
-                              static_cast<const GridFormat*>(&int2_128)}) {
+                              static_cast<const GridFormat*>(&int2_128), static_cast<const GridFormat*>(&zp32),
+                              static_cast<const GridFormat*>(&zp64), static_cast<const GridFormat*>(&zp128)}) {
     if (f->type() == type) return f;
   }
   return nullptr;
@@ -138,7 +154,7 @@ const GridFormat& GridFormat::of(DType type) {
   const GridFormat* f = find(type);
   if (f == nullptr) {
     fail("GPTQ cannot target {}: it quantizes to Q4_K, INT4_SYM_G32/G64/G128, INT4_ASYM_G32/G64/G128, "
-         "INT3_ASYM_G64/G128 and INT2_ASYM_G64/G128",
+         "INT4_ZP_G32/G64/G128, INT3_ASYM_G64/G128 and INT2_ASYM_G64/G128",
          dtype_name(type));
   }
   return *f;

@@ -50,6 +50,9 @@ constexpr QuantRecipe kRecipes[] = {
     {"INT2_ASYM_G64", DType::INT2_ASYM_G64, QuantMix::Pure, uint32_t(DType::INT2_ASYM_G64)},
     {"INT2_ASYM_G128", DType::INT2_ASYM_G128, QuantMix::Pure, uint32_t(DType::INT2_ASYM_G128)},
     {"NF4", DType::NF4, QuantMix::Pure, uint32_t(DType::NF4)},
+    {"INT4_ZP_G32", DType::INT4_ZP_G32, QuantMix::Pure, uint32_t(DType::INT4_ZP_G32)},
+    {"INT4_ZP_G64", DType::INT4_ZP_G64, QuantMix::Pure, uint32_t(DType::INT4_ZP_G64)},
+    {"INT4_ZP_G128", DType::INT4_ZP_G128, QuantMix::Pure, uint32_t(DType::INT4_ZP_G128)},
     {"FP8_E4M3_PC", DType::FP8_E4M3_PC, QuantMix::Pure, uint32_t(DType::FP8_E4M3_PC)},
     {"W8A8", DType::W8A8, QuantMix::Pure, uint32_t(DType::W8A8)},
 };
@@ -113,6 +116,8 @@ DType smaller_int_group(DType type) {
     case DType::INT4_SYM_G64: return DType::INT4_SYM_G32;
     case DType::INT4_ASYM_G128: return DType::INT4_ASYM_G64;
     case DType::INT4_ASYM_G64: return DType::INT4_ASYM_G32;
+    case DType::INT4_ZP_G128: return DType::INT4_ZP_G64;
+    case DType::INT4_ZP_G64: return DType::INT4_ZP_G32;
     default: return DType::F16;
   }
 }
@@ -185,6 +190,11 @@ std::vector<QuantChoice> plan_quantization(const QuantRecipe& recipe,
   const QuantMix mix = recipe.mix;
   for (size_t index : order) {
     const QuantTensorInfo& t = tensors[index];
+    const bool integer = t.type == DType::I8 || t.type == DType::I16 || t.type == DType::I32 || t.type == DType::I64;
+    if (integer && t.dims.size() < 2) {  // indices (a matrix's input_order), not values: kept as they are
+      choices[index] = {false, t.type, t.type};
+      continue;
+    }
     if (t.dims.size() < 2) {
       choices[index] = {false, DType::F32, DType::F32};
       continue;

@@ -76,6 +76,14 @@ enum class DType : uint32_t {
   // absmax d and 32 bytes of 4-bit indices into 16 normal-quantile levels in [-1, 1]; x = d * level.
   // Levels and nibble order in quant/blocks.h; activations Q8_0.
   NF4 = 1013,
+  // INT4 per group with an integer zero point, as GPTQ, AWQ and compressed-tensors store it:
+  // x = s * (q - z), q and z in [0, 15]. Per group a 32-bit word holding the scale s as F32 bits
+  // whose low 8 bits carry z (an F16 or BF16 scale widened to F32 leaves them 0, so s and z are
+  // both exact), then G/2 bytes of nibbles in INT4_ASYM's order. Loaded pre-quantized checkpoints
+  // dequantize to exactly the reference's values.
+  INT4_ZP_G32 = 1014,
+  INT4_ZP_G64 = 1015,
+  INT4_ZP_G128 = 1016,
 };
 
 // Storage layout of a type: a row of n elements is `row_header_bytes` (per-row data such as a

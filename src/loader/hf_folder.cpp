@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "loader/hf_quantized.h"
 #include "loader/safetensors.h"
 
 namespace kestrel {
@@ -112,8 +113,41 @@ struct Built {
 
 class TensorBuilder {
  public:
-  TensorBuilder(const safetensors::SafetensorsModel& st, std::string folder, std::string prefix)
-      : st_(st), folder_(std::move(folder)), prefix_(std::move(prefix)) {}
+  TensorBuilder(const safetensors::SafetensorsModel& st, std::string folder, std::string prefix,
+                HfQuantization quantization = {})
+      : st_(st), folder_(std::move(folder)), prefix_(std::move(prefix)), quantization_(std::move(quantization)) {}
+
+  // A linear layer's weight [rows][cols] (module path without ".weight"): pre-quantized tensors
+  // mapped to a Kestrel format (hf_quantized.h), else the float tensor in place. qk_heads > 0:
+  // Llama's Q/K rows permuted to GGUF's RoPE pairing (permuted_qk). Appends the weight and, for
+  // act-order checkpoints, its input order; a weight stored as F32 because no format holds it
+  // exactly is named in `fallbacks`.
+  void linear(const std::string& hf_module, const std::string& gguf_name, int64_t rows, int64_t cols,
+              std::vector<Built>& out, std::vector<std::string>& fallbacks, int64_t qk_heads = 0,
+              int64_t head_dim = 0) const {
+    std::vector<int64_t> row_order;
+    if (qk_heads > 0) {
+      row_order.resize(size_t(rows));
+      for (int64_t h = 0; h < qk_heads; ++h) {
+        for (int64_t i = 0; i < head_dim / 2; ++i) {
+          for (int half = 0; half < 2; ++half) {
+            row_order[size_t(h * head_dim + 2 * i + half)] = h * head_dim + i + half * (head_dim / 2);
+          }
+        }
+      }
+    }
+    std::optional<QuantizedLinear> q =
+        load_quantized_linear(st_, quantization_, prefix_ + hf_module, gguf_name, rows, cols, row_order, folder_);
+    if (!q) {
+      const std::string name = hf_module + ".weight";
+      out.push_back(qk_heads > 0 ? permuted_qk(name, gguf_name, qk_heads, head_dim, cols)
+                                 : in_place(name, gguf_name, {rows, cols}));
+      return;
+    }
+    if (!q->fallback.empty()) fallbacks.push_back(fmt::format("{} ({}) as F32: {}", gguf_name, prefix_ + hf_module, q->fallback));
+    out.push_back(Built{std::move(q->weight), std::move(q->owned)});
+    if (q->input_order) out.push_back(Built{std::move(*q->input_order), std::move(q->owned_order)});
+  }
 
   const safetensors::Tensor& require(const std::string& hf_name) const {
     const safetensors::Tensor* t = st_.find(prefix_ + hf_name);
@@ -220,6 +254,7 @@ class TensorBuilder {
   const safetensors::SafetensorsModel& st_;
   std::string folder_;
   std::string prefix_;
+  HfQuantization quantization_;
 };
 
 }  // namespace
@@ -236,6 +271,7 @@ std::unique_ptr<gguf::GgufFile> load_hf_folder(const std::string& folder) {
     fail("{}: missing config key 'architectures'", config_path.string());
   }
   const std::string hf_arch = raw["architectures"][0].get<std::string>();
+  const json raw_config = raw;  // quantization_config sits at the top level (not in text_config)
   const Architecture* arch = nullptr;
   for (const Architecture& a : kArchitectures) {
     if (hf_arch == a.hf_name) arch = &a;
@@ -316,17 +352,22 @@ std::unique_ptr<gguf::GgufFile> load_hf_folder(const std::string& folder) {
   append_hf_tokenizer_metadata(folder, md.items());
 
   // Tensors.
+  const HfQuantization quantization = parse_hf_quantization(raw_config, folder);
   auto st = std::shared_ptr<safetensors::SafetensorsModel>(safetensors::SafetensorsModel::open_folder(folder));
-  TensorBuilder tb(*st, folder, prefix);
+  TensorBuilder tb(*st, folder, prefix, quantization);
   std::vector<Built> built;
+  std::vector<std::string> fallbacks;
   const float norm_add = gemma ? 1.0f : 0.0f;
   built.push_back(tb.in_place("embed_tokens.weight", "token_embd.weight", {n_vocab, n_embd}));
   built.push_back(tb.as_f32("norm.weight", "output_norm.weight", n_embd, norm_add));
   const bool tied = raw.value("tie_word_embeddings", gemma);
   const std::string lm_head = hf_arch == "Gemma3ForConditionalGeneration" ? "language_model.lm_head.weight" : "lm_head.weight";
-  if (!tied && st->find(lm_head) != nullptr) {
-    TensorBuilder root(*st, folder, "");
-    built.push_back(root.in_place(lm_head, "output.weight", {n_vocab, n_embd}));
+  const std::string lm_head_module = lm_head.substr(0, lm_head.size() - 7);
+  const bool head_quantized = st->find(lm_head_module + ".qweight") != nullptr ||
+                              st->find(lm_head_module + ".weight_packed") != nullptr;
+  if (!tied && (st->find(lm_head) != nullptr || head_quantized)) {
+    TensorBuilder root(*st, folder, "", quantization);
+    root.linear(lm_head_module, "output.weight", n_vocab, n_embd, built, fallbacks);
   }
   if (!rope_divisors.empty()) {
     built.push_back(TensorBuilder::owned_f32("rope_freqs.weight", {int64_t(rope_divisors.size())}, rope_divisors));
@@ -335,15 +376,11 @@ std::unique_ptr<gguf::GgufFile> load_hf_folder(const std::string& folder) {
     const std::string h = fmt::format("layers.{}.", i);
     const std::string g = fmt::format("blk.{}.", i);
     built.push_back(tb.as_f32(h + "input_layernorm.weight", g + "attn_norm.weight", n_embd, norm_add));
-    if (arch->permute_qk) {
-      built.push_back(tb.permuted_qk(h + "self_attn.q_proj.weight", g + "attn_q.weight", n_head, head_dim, n_embd));
-      built.push_back(tb.permuted_qk(h + "self_attn.k_proj.weight", g + "attn_k.weight", n_head_kv, head_dim, n_embd));
-    } else {
-      built.push_back(tb.in_place(h + "self_attn.q_proj.weight", g + "attn_q.weight", {n_head * head_dim, n_embd}));
-      built.push_back(tb.in_place(h + "self_attn.k_proj.weight", g + "attn_k.weight", {n_head_kv * head_dim, n_embd}));
-    }
-    built.push_back(tb.in_place(h + "self_attn.v_proj.weight", g + "attn_v.weight", {n_head_kv * head_dim, n_embd}));
-    built.push_back(tb.in_place(h + "self_attn.o_proj.weight", g + "attn_output.weight", {n_embd, n_head * head_dim}));
+    const int64_t q_heads = arch->permute_qk ? n_head : 0, k_heads = arch->permute_qk ? n_head_kv : 0;
+    tb.linear(h + "self_attn.q_proj", g + "attn_q.weight", n_head * head_dim, n_embd, built, fallbacks, q_heads, head_dim);
+    tb.linear(h + "self_attn.k_proj", g + "attn_k.weight", n_head_kv * head_dim, n_embd, built, fallbacks, k_heads, head_dim);
+    tb.linear(h + "self_attn.v_proj", g + "attn_v.weight", n_head_kv * head_dim, n_embd, built, fallbacks);
+    tb.linear(h + "self_attn.o_proj", g + "attn_output.weight", n_embd, n_head * head_dim, built, fallbacks);
     if (a == "qwen2") {
       built.push_back(tb.as_f32(h + "self_attn.q_proj.bias", g + "attn_q.bias", n_head * head_dim, 0.0f));
       built.push_back(tb.as_f32(h + "self_attn.k_proj.bias", g + "attn_k.bias", n_head_kv * head_dim, 0.0f));
@@ -360,9 +397,15 @@ std::unique_ptr<gguf::GgufFile> load_hf_folder(const std::string& folder) {
     } else {
       built.push_back(tb.as_f32(h + "post_attention_layernorm.weight", g + "ffn_norm.weight", n_embd, 0.0f));
     }
-    built.push_back(tb.in_place(h + "mlp.gate_proj.weight", g + "ffn_gate.weight", {n_ff, n_embd}));
-    built.push_back(tb.in_place(h + "mlp.up_proj.weight", g + "ffn_up.weight", {n_ff, n_embd}));
-    built.push_back(tb.in_place(h + "mlp.down_proj.weight", g + "ffn_down.weight", {n_embd, n_ff}));
+    tb.linear(h + "mlp.gate_proj", g + "ffn_gate.weight", n_ff, n_embd, built, fallbacks);
+    tb.linear(h + "mlp.up_proj", g + "ffn_up.weight", n_ff, n_embd, built, fallbacks);
+    tb.linear(h + "mlp.down_proj", g + "ffn_down.weight", n_embd, n_ff, built, fallbacks);
+  }
+  if (quantization.method != HfQuantization::Method::None) {
+    md.str("kestrel.quantization.source", quantization.description);
+    std::vector<gguf::Value> names;
+    for (std::string& f : fallbacks) names.push_back(gguf::Value::of_string(std::move(f)));
+    if (!names.empty()) md.set("kestrel.quantization.fallbacks", gguf::Value::of_array(gguf::ValueType::String, std::move(names)));
   }
 
   std::vector<gguf::TensorInfo> tensors;

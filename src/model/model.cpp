@@ -118,10 +118,18 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& 
 
 WeightView Model::rows_of(const WeightView& w, int64_t begin, int64_t end) {
   const int64_t row_bytes = quant::row_bytes(quant::require_format(w.type), w.cols);
-  return WeightView{w.type, end - begin, w.cols, static_cast<const uint8_t*>(w.data) + begin * row_bytes};
+  WeightView rows = w;
+  rows.rows = end - begin;
+  rows.data = static_cast<const uint8_t*>(w.data) + begin * row_bytes;
+  return rows;
 }
 
 WeightView Model::columns_of(const WeightView& w, int64_t begin, int64_t end) {
+  if (w.input_order != nullptr && (begin != 0 || end != w.cols)) {
+    fail("{}: a matrix with an input order (a GPTQ act-order checkpoint) cannot be split by columns "
+         "over tensor-parallel ranks",
+         file_->name());
+  }
   return slice_columns(w, begin, end, owned_matrices_);
 }
 
@@ -160,7 +168,28 @@ WeightView Model::matrix_tensor(const std::string& name, int64_t rows, int64_t c
     fail("{}: tensor '{}' has type {}, which Kestrel cannot compute with yet", file_->name(), name,
          dtype_name(t->type));
   }
-  return WeightView{t->type, rows, cols, t->data};
+  return WeightView{t->type, rows, cols, t->data, input_order(name, cols)};
+}
+
+// A matrix's optional column order: tensor NAME.input_order (NAME without ".weight"), I32 [cols],
+// a permutation of [0, cols) (hf_quantized.h writes it for GPTQ act-order checkpoints).
+const int32_t* Model::input_order(const std::string& matrix_name, int64_t cols) {
+  const std::string base = matrix_name.ends_with(".weight") ? matrix_name.substr(0, matrix_name.size() - 7) : matrix_name;
+  const std::string name = base + ".input_order";
+  const gguf::TensorInfo* t = file_->find_tensor(name);
+  if (t == nullptr) return nullptr;
+  if (t->type != DType::I32 || t->dims.size() != 1 || t->dims[0] != cols) {
+    fail("{}: tensor '{}' must be I32 of shape [{}] (a permutation of the matrix's columns)", file_->name(), name, cols);
+  }
+  const auto* order = reinterpret_cast<const int32_t*>(t->data);
+  std::vector<bool> seen(size_t(cols), false);
+  for (int64_t c = 0; c < cols; ++c) {
+    if (order[c] < 0 || order[c] >= cols || seen[size_t(order[c])]) {
+      fail("{}: tensor '{}' is not a permutation of [0, {}): entry {} is {}", file_->name(), name, cols, c, order[c]);
+    }
+    seen[size_t(order[c])] = true;
+  }
+  return order;
 }
 
 // Tensor names are GGUF's (llama.cpp's) and the same across architectures; which optional
@@ -318,7 +347,9 @@ void Model::load_layer(int64_t il) {
 
 int64_t Model::parameter_count() const {
   int64_t count = 0;
-  for (const auto& t : file_->tensors()) count += t.num_elements;
+  for (const auto& t : file_->tensors()) {
+    if (t.type != DType::I32) count += t.num_elements;  // I32 tensors are indices (input orders), not weights
+  }
   return count;
 }
 
@@ -408,6 +439,8 @@ WeightView Model::replace_matrix(const std::string& name, const WeightView& w) {
   if (quant::find_format(w.type) == nullptr) fail("replacement for '{}': type {} has no kernels", name, dtype_name(w.type));
   const WeightView old = *target;
   *target = w;
+  // A replacement made from the matrix's own columns keeps reading the input in their order.
+  if (target->input_order == nullptr) target->input_order = old.input_order;
   if (target == &weights_.token_embd && weights_.tied_output) weights_.output = w;
   return old;
 }

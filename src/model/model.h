@@ -141,6 +141,7 @@ class Model {
   // The tensor if the file has it, else null.
   const float* optional_vector(const std::string& name, int64_t length);
   WeightView matrix_tensor(const std::string& name, int64_t rows, int64_t cols);
+  const int32_t* input_order(const std::string& matrix_name, int64_t cols);
 
   std::unique_ptr<gguf::GgufFile> file_;
   ModelConfig config_;

@@ -307,6 +307,32 @@ struct BlockInt4Asym {
 static_assert(sizeof(BlockInt4Asym<32>) == 20 && sizeof(BlockInt4Asym<64>) == 36 &&
               sizeof(BlockInt4Asym<128>) == 68);
 
+// With an integer zero point (GPTQ, AWQ, compressed-tensors): x = s * (q - z). scale_zero is the
+// F32 bits of s with z in the low 8 bits (an F16 or BF16 s widened to F32 has them clear; s * z is
+// then exact in F32, so the kernels use m = -s * z as an asymmetric format's min).
+template <int G>
+struct BlockInt4Zp {
+  uint32_t scale_zero;
+  uint8_t qs[G / 2];
+};
+static_assert(sizeof(BlockInt4Zp<32>) == 20 && sizeof(BlockInt4Zp<64>) == 36 && sizeof(BlockInt4Zp<128>) == 68);
+inline float zp_scale(uint32_t scale_zero) {
+  const uint32_t bits = scale_zero & 0xffffff00u;
+  float s;
+  std::memcpy(&s, &bits, 4);
+  return s;
+}
+inline int zp_zero(uint32_t scale_zero) { return int(scale_zero & 0xffu); }
+// Writes the word for scale s and zero z; false (nothing written) when s's low 8 bits are not
+// clear (an F32 scale with more than 16 significant bits) or z is outside [0, 255].
+inline bool zp_pack(float s, int z, uint32_t* scale_zero) {
+  uint32_t bits;
+  std::memcpy(&bits, &s, 4);
+  if ((bits & 0xffu) != 0 || z < 0 || z > 255) return false;
+  *scale_zero = bits | uint32_t(z);
+  return true;
+}
+
 // INT3 / INT2, asymmetric, per group of G (64 or 128): x = d * q + m. q holds the levels in bit
 // planes strided so that a shift and a mask give 32 consecutive values (one activation block): the
 // low 2 bits of value i at bits 2 (i / (G/4)) of byte i % (G/4) (G/4 bytes), then for INT3 the high

@@ -136,6 +136,14 @@ void dequantize_row_int_asym(const void* src, float* dst, int64_t n);
 template <int G, int Bits>
 float vec_dot_int_asym_q8_1(const void* w, const void* a, int64_t n);
 
+// INT4 with an integer zero point per group (int_asym_formats.cpp), G = 32, 64 or 128.
+template <int G>
+void quantize_row_int4_zp(const float* src, void* dst, int64_t n);
+template <int G>
+void dequantize_row_int4_zp(const void* src, float* dst, int64_t n);
+template <int G>
+float vec_dot_int4_zp_q8_1(const void* w, const void* a, int64_t n);
+
 // FP8 E4M3 per channel (fp8.cpp).
 void quantize_row_fp8_e4m3_pc(const float* src, void* dst, int64_t n);
 void dequantize_row_fp8_e4m3_pc(const void* src, float* dst, int64_t n);

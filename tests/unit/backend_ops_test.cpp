@@ -15,7 +15,7 @@
 // reference's chain is one rounding per activation block (k / block) plus a few per block for
 // the scales; a kernel's chain (k / vector step + 4 for the lane sum + 2 for scales) is shorter.
 // We allow (2 k / activation_block + 16) u S. S is sum |w_i a_i| over the dequantized values, or
-// for formats with a min term (Q4_K, Q5_K, INT4_ASYM) sum (|d q_i| + |m|) |a_i|, because the two
+// for formats with a min term (Q4_K, Q5_K, INT4_ASYM, INT4_ZP) sum (|d q_i| + |m|) |a_i|, because the two
 // terms are rounded separately before they cancel.
 #include <gtest/gtest.h>
 
@@ -90,6 +90,7 @@ std::vector<int64_t> lengths_for(const WeightFormat& format) {
 struct MinFields {
   bool present = false;
   int64_t scale_offset = 0, min_offset = 0;
+  bool zero_point = false;  // INT4_ZP: one word holds the scale and the zero point
 };
 MinFields min_fields(DType type) {
   switch (type) {
@@ -105,6 +106,10 @@ MinFields min_fields(DType type) {
     case DType::INT2_ASYM_G64:
     case DType::INT2_ASYM_G128:
       return {true, 0, 2};
+    case DType::INT4_ZP_G32:
+    case DType::INT4_ZP_G64:
+    case DType::INT4_ZP_G128:
+      return {true, 0, 0, true};
     default:
       return {};
   }
@@ -130,6 +135,18 @@ void fill_magnitudes(Weights& w) {
     if (!fields.present) {
       f.dequantize_row(w.row(r), deq.data(), w.cols);
       for (int64_t i = 0; i < w.cols; ++i) m[i] = std::fabs(double(deq[size_t(i)]));
+      continue;
+    }
+    if (fields.zero_point) {
+      // INT4_ZP: |s q_i| from the row with every zero point cleared, plus |s z| of the group.
+      std::memcpy(patched.data(), w.row(r), size_t(w.row_bytes));
+      for (int64_t b = 0; b < w.cols / f.block_size; ++b) patched[size_t(b * f.block_bytes)] = 0;
+      f.dequantize_row(patched.data(), deq.data(), w.cols);
+      for (int64_t i = 0; i < w.cols; ++i) {
+        uint32_t word;
+        std::memcpy(&word, w.row(r) + (i / f.block_size) * f.block_bytes, 4);
+        m[i] = std::fabs(double(deq[size_t(i)])) + std::fabs(double(quant::zp_scale(word))) * quant::zp_zero(word);
+      }
       continue;
     }
     // The scale term alone (min field zeroed), then the min term alone (scale field zeroed).
@@ -379,7 +396,10 @@ std::vector<uint8_t> identity_row(const WeightFormat& format, int64_t k, int64_t
     case DType::INT4_ASYM_G32:
     case DType::INT4_ASYM_G64:
     case DType::INT4_ASYM_G128:
-      src[size_t(r)] = 15.0f;  // d = 1, m = 0, level 15
+    case DType::INT4_ZP_G32:
+    case DType::INT4_ZP_G64:
+    case DType::INT4_ZP_G128:
+      src[size_t(r)] = 15.0f;  // d = 1, m = 0 (z = 0), level 15
       break;
     case DType::INT3_ASYM_G64:
     case DType::INT3_ASYM_G128:
@@ -425,6 +445,9 @@ double identity_value(DType type) {
     case DType::INT4_ASYM_G32:
     case DType::INT4_ASYM_G64:
     case DType::INT4_ASYM_G128:
+    case DType::INT4_ZP_G32:
+    case DType::INT4_ZP_G64:
+    case DType::INT4_ZP_G128:
       return 15.0;
     case DType::INT3_ASYM_G64:
     case DType::INT3_ASYM_G128:
@@ -517,7 +540,7 @@ TEST(CpuBackendIsa, EveryIsaThroughTheBackend) {
                        DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::IQ3_XXS, DType::IQ3_S,
                        DType::IQ2_XXS, DType::IQ1_M, DType::TQ1_0, DType::TQ2_0, DType::MXFP4, DType::INT8_PC,
                        DType::INT4_SYM_G128, DType::INT4_ASYM_G32, DType::INT3_ASYM_G128, DType::INT2_ASYM_G64,
-                       DType::FP8_E4M3_PC}) {
+                       DType::INT4_ZP_G32, DType::INT4_ZP_G128, DType::FP8_E4M3_PC}) {
       const WeightFormat& format = quant::require_format(type);
       const int64_t rows = 45;
       const int64_t k = lengths_for(format)[1];

@@ -106,7 +106,8 @@ TEST(Gptq, DiagonalHessianGivesRoundToNearest) {
   calib::Hessian h{l.cols, 1, std::vector<double>(size_t(l.cols * l.cols), 0.0)};
   for (int64_t c = 0; c < l.cols; ++c) h.h[size_t(c * l.cols + c)] = 1.0 + double(c % 7);
   for (DType type : {DType::INT4_SYM_G32, DType::INT4_SYM_G128, DType::INT4_ASYM_G64, DType::INT4_ASYM_G128,
-                     DType::INT3_ASYM_G64, DType::INT3_ASYM_G128, DType::INT2_ASYM_G64, DType::INT2_ASYM_G128}) {
+                     DType::INT4_ZP_G32, DType::INT4_ZP_G128, DType::INT3_ASYM_G64, DType::INT3_ASYM_G128,
+                     DType::INT2_ASYM_G64, DType::INT2_ASYM_G128}) {
     const quant::WeightFormat& f = quant::require_format(type);
     const int64_t row_bytes = quant::row_bytes(f, l.cols);
     std::vector<uint8_t> rtn(static_cast<size_t>(l.rows * row_bytes));

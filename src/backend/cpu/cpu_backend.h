@@ -57,6 +57,7 @@ class CpuBackend final : public Backend {
     int64_t cols = 0;
     const uint8_t* activations = nullptr;
     int64_t act_row_bytes = 0;
+    const int32_t* input_order = nullptr;  // the weight's (activations were gathered by it)
   };
   static constexpr int kMaxMatmuls = 4;  // matrices in one matmul_many / gated_ffn call
   static constexpr int64_t kRowGrain = 16;  // a call with no more rows runs on the calling thread

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/attention_kernels.h"
@@ -37,11 +38,12 @@ CpuBackend::PreparedMatmul CpuBackend::prepare_into(const WeightView& w, const f
   m.rows = w.rows;
   m.cols = w.cols;
   m.act_row_bytes = m.kernels->activation_row_bytes(w.cols);
+  m.input_order = w.input_order;
   if (n <= 0) return m;
   // Formats whose kernels read the same layout share one conversion (Q4_K, Q5_K and Q6_K on AVX2).
   for (const PreparedMatmul& earlier : done) {
     if (earlier.kernels->convert_activations == m.kernels->convert_activations && earlier.cols == m.cols &&
-        earlier.act_row_bytes == m.act_row_bytes) {
+        earlier.act_row_bytes == m.act_row_bytes && earlier.input_order == w.input_order) {
       m.activations = earlier.activations;
       return m;
     }
@@ -50,8 +52,14 @@ CpuBackend::PreparedMatmul CpuBackend::prepare_into(const WeightView& w, const f
   uint8_t* activations = scratch.data();
   activations += (64 - reinterpret_cast<uintptr_t>(activations) % 64) % 64;  // 64-byte aligned rows
   auto convert = [&](int64_t begin, int64_t end) {
+    std::vector<float> ordered(w.input_order != nullptr ? size_t(w.cols) : 0);
     for (int64_t t = begin; t < end; ++t) {
-      m.kernels->convert_activations(x + t * w.cols, activations + t * m.act_row_bytes, w.cols);
+      const float* row = x + t * w.cols;
+      if (w.input_order != nullptr) {
+        for (int64_t c = 0; c < w.cols; ++c) ordered[size_t(c)] = row[w.input_order[c]];
+        row = ordered.data();
+      }
+      m.kernels->convert_activations(row, activations + t * m.act_row_bytes, w.cols);
     }
   };
   if (convert_in_parallel && n * w.cols >= 16384) {

@@ -1,5 +1,5 @@
 // AVX2 kernels for the 2- to 5-bit formats whose activations are Q8_0 or Q8_1 (see
-// kernels_q8_avx512.cpp for the design): Q4_1, Q5_1, INT4_SYM_G64/G128, INT4_ASYM_G*, INT3_ASYM_G*,
+// kernels_q8_avx512.cpp for the design): Q4_1, Q5_1, INT4_SYM_G64/G128, INT4_ASYM_G*, INT4_ZP_G*, INT3_ASYM_G*,
 // INT2_ASYM_G* (the 8-bit Q8_0 and INT8_PC have int16 kernels, kernels_q8_0_avx2.cpp, and Q4_0,
 // Q5_0, INT4_SYM_G32 interleaved ones, kernels_q4_0_avx2.cpp). One step is 64 elements = two
 // activation blocks; lanes of a 32-byte vector hold 16 bytes of each block
@@ -31,8 +31,22 @@ inline __m256i low_nibbles(__m256i v) { return _mm256_and_si256(v, _mm256_set1_e
 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 
-template <int G, bool kAsymmetric>
+// INT4_ZP's 32-bit scale word (quant/blocks.h): the scale's F32 bits with the zero point in the
+// low byte; min = -scale * z (exact).
+inline void zp_scale_min(const uint8_t* p, float* scale, float* min) {
+  uint32_t word;
+  std::memcpy(&word, p, 4);
+  const uint32_t bits = word & 0xffffff00u;
+  std::memcpy(scale, &bits, 4);
+  *min = -*scale * float(word & 0xffu);
+}
+
+// How an INT4 group's header reads: Sym (F16 d; levels - 8), Asym (F16 d, F16 m), ZeroPoint (INT4_ZP).
+enum class Int4Header { Sym, Asym, ZeroPoint };
+
+template <int G, Int4Header kHeader>
 struct Int4Decoder {
+  static constexpr bool kAsymmetric = kHeader != Int4Header::Sym;
   static constexpr int64_t kQs = kAsymmetric ? 4 : 2;
   static constexpr int64_t kBlockElements = G, kBlockBytes = kQs + G / 2;
   static constexpr int C = kAsymmetric ? 0 : 8;
@@ -42,16 +56,23 @@ struct Int4Decoder {
     if constexpr (G == 32) {
       const uint8_t* p = data + s * 2 * kBlockBytes;
       nibble_halves(p + kQs, p + kBlockBytes + kQs, &w.a, &w.b);
+      if constexpr (kHeader == Int4Header::ZeroPoint) {
+        float s0, m0, s1, m1;
+        zp_scale_min(p, &s0, &m0);
+        zp_scale_min(p + kBlockBytes, &s1, &m1);
+        w.scale = _mm256_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1);
+        w.min = _mm256_setr_ps(m0, m0, m0, m0, m1, m1, m1, m1);
+        return w;
+      }
       w.scale = scales2(p, kBlockBytes);
-      if constexpr (kAsymmetric) w.min = scales2(p + 2, kBlockBytes);
+      w.min = kAsymmetric ? scales2(p + 2, kBlockBytes) : _mm256_setzero_ps();
     } else if constexpr (G == 64) {
       // One block per step: q0:16 gives elements 0-15 (low) and 32-47 (high), q16:32 the rest.
       const uint8_t* p = data + s * kBlockBytes;
       const __m256i shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
       w.a = low_nibbles(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(load128(p + kQs)), shift));
       w.b = low_nibbles(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(load128(p + kQs + 16)), shift));
-      w.scale = scales1(p);
-      if constexpr (kAsymmetric) w.min = scales1(p + 2);
+      header(p, &w);
     } else {
       static_assert(G == 128);
       // Half a block per step: even steps take the low nibbles (elements 0-63), odd the high.
@@ -65,11 +86,21 @@ struct Int4Decoder {
       }
       w.a = low_nibbles(a);
       w.b = low_nibbles(b);
-      w.scale = scales1(p);
-      if constexpr (kAsymmetric) w.min = scales1(p + 2);
+      header(p, &w);
     }
-    if constexpr (!kAsymmetric) w.min = _mm256_setzero_ps();
     return w;
+  }
+  // One group's scale (and min) over all lanes.
+  static void header(const uint8_t* p, WeightStep* w) {
+    if constexpr (kHeader == Int4Header::ZeroPoint) {
+      float scale, min;
+      zp_scale_min(p, &scale, &min);
+      w->scale = _mm256_set1_ps(scale);
+      w->min = _mm256_set1_ps(min);
+    } else {
+      w->scale = scales1(p);
+      w->min = kAsymmetric ? scales1(p + 2) : _mm256_setzero_ps();
+    }
   }
 };
 
@@ -198,13 +229,17 @@ constexpr FormatKernels make_kernels(DType type) {
           matmul_tile<PairKernel<D>>};
 }
 
-constexpr FormatKernels kQ4_1 = make_kernels<Int4Decoder<32, true>>(DType::Q4_1);  // = INT4_ASYM_G32
+using H = Int4Header;
+constexpr FormatKernels kQ4_1 = make_kernels<Int4Decoder<32, H::Asym>>(DType::Q4_1);  // = INT4_ASYM_G32
 constexpr FormatKernels kQ5_1 = make_kernels<Q5_1Decoder>(DType::Q5_1);
-constexpr FormatKernels kInt4Sym64 = make_kernels<Int4Decoder<64, false>>(DType::INT4_SYM_G64);
-constexpr FormatKernels kInt4Sym128 = make_kernels<Int4Decoder<128, false>>(DType::INT4_SYM_G128);
-constexpr FormatKernels kInt4Asym32 = make_kernels<Int4Decoder<32, true>>(DType::INT4_ASYM_G32);
-constexpr FormatKernels kInt4Asym64 = make_kernels<Int4Decoder<64, true>>(DType::INT4_ASYM_G64);
-constexpr FormatKernels kInt4Asym128 = make_kernels<Int4Decoder<128, true>>(DType::INT4_ASYM_G128);
+constexpr FormatKernels kInt4Sym64 = make_kernels<Int4Decoder<64, H::Sym>>(DType::INT4_SYM_G64);
+constexpr FormatKernels kInt4Sym128 = make_kernels<Int4Decoder<128, H::Sym>>(DType::INT4_SYM_G128);
+constexpr FormatKernels kInt4Asym32 = make_kernels<Int4Decoder<32, H::Asym>>(DType::INT4_ASYM_G32);
+constexpr FormatKernels kInt4Asym64 = make_kernels<Int4Decoder<64, H::Asym>>(DType::INT4_ASYM_G64);
+constexpr FormatKernels kInt4Asym128 = make_kernels<Int4Decoder<128, H::Asym>>(DType::INT4_ASYM_G128);
+constexpr FormatKernels kInt4Zp32 = make_kernels<Int4Decoder<32, H::ZeroPoint>>(DType::INT4_ZP_G32);
+constexpr FormatKernels kInt4Zp64 = make_kernels<Int4Decoder<64, H::ZeroPoint>>(DType::INT4_ZP_G64);
+constexpr FormatKernels kInt4Zp128 = make_kernels<Int4Decoder<128, H::ZeroPoint>>(DType::INT4_ZP_G128);
 constexpr FormatKernels kInt3Asym64 = make_kernels<IntLowBitDecoder<64, 3>>(DType::INT3_ASYM_G64);
 constexpr FormatKernels kInt3Asym128 = make_kernels<IntLowBitDecoder<128, 3>>(DType::INT3_ASYM_G128);
 constexpr FormatKernels kInt2Asym64 = make_kernels<IntLowBitDecoder<64, 2>>(DType::INT2_ASYM_G64);
@@ -221,6 +256,9 @@ const FormatKernels* avx2_q8_kernels(DType weight_type) {
     case DType::INT4_ASYM_G32: return &kInt4Asym32;
     case DType::INT4_ASYM_G64: return &kInt4Asym64;
     case DType::INT4_ASYM_G128: return &kInt4Asym128;
+    case DType::INT4_ZP_G32: return &kInt4Zp32;
+    case DType::INT4_ZP_G64: return &kInt4Zp64;
+    case DType::INT4_ZP_G128: return &kInt4Zp128;
     case DType::INT3_ASYM_G64: return &kInt3Asym64;
     case DType::INT3_ASYM_G128: return &kInt3Asym128;
     case DType::INT2_ASYM_G64: return &kInt2Asym64;

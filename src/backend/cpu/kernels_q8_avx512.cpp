@@ -1,6 +1,6 @@
 // AVX-512 VNNI kernels for the formats whose activations are Q8_0 or Q8_1: Q8_0, Q4_0, Q4_1, Q5_0,
 // Q5_1, INT8_PC, INT4_SYM_G32/64/128 (G32 is byte-identical to Q4_0), INT4_ASYM_G32/64/128
-// (G32 is byte-identical to Q4_1) and INT3_ASYM_G64/128, INT2_ASYM_G64/128.
+// (G32 is byte-identical to Q4_1), INT4_ZP_G32/64/128 and INT3_ASYM_G64/128, INT2_ASYM_G64/128.
 //
 // One step is 128 elements = four activation blocks of 32. A weight decoder turns a step of a
 // weight row into two 64-byte vectors of unsigned levels (q + C for signed formats) arranged like
@@ -20,6 +20,9 @@
 #include "backend/cpu/kernels_simd_avx512.h"
 #include "backend/cpu/kernels_tile.h"
 #include "quant/blocks.h"
+
+#include <tuple>
+#include <utility>
 
 namespace kestrel::cpu {
 namespace {
@@ -191,9 +194,47 @@ struct Int8PcDecoder {
   }
 };
 
+// INT4_ZP's 32-bit scale word (quant/blocks.h): the scale's F32 bits with the zero point in the
+// low byte; min = -scale * z (exact). Returns (scale, min).
+inline std::pair<float, float> zp_scale_min(const uint8_t* p) {
+  uint32_t word;
+  std::memcpy(&word, p, 4);
+  const uint32_t bits = word & 0xffffff00u;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return {scale, -scale * float(word & 0xffu)};
+}
+
+// INT4_ZP_G32: Q4_1's bytes with the scale word in place of d and m. Lanes 4j .. 4j + 3 belong to
+// block j of the quad; blocks past a partial quad's end (valid bytes) get scale 0.
+struct Int4Zp32Decoder : Q4_1Decoder {
+  static void scales_from_words(const uint8_t* p, int64_t valid, WeightStep* w) {
+    alignas(16) float scale[4] = {}, min[4] = {};
+    for (int j = 0; j < 4 && j * kBlock + 4 <= valid; ++j) std::tie(scale[j], min[j]) = zp_scale_min(p + j * kBlock);
+    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    w->scale = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_load_ps(scale)));
+    w->min = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_load_ps(min)));
+  }
+  static constexpr int kBlock = 20;
+  static WeightStep decode(const uint8_t* data, int64_t s) {
+    WeightStep w = Q4_1Decoder::decode(data, s);
+    scales_from_words(data + s * 4 * kBlock, 4 * kBlock, &w);
+    return w;
+  }
+  static WeightStep decode_tail(const uint8_t* p, int64_t valid) {
+    WeightStep w = Q4_1Decoder::decode_tail(p, valid);
+    scales_from_words(p, valid, &w);
+    return w;
+  }
+};
+
+// How an INT4 group's header reads: Sym (F16 d; levels - 8), Asym (F16 d, F16 m), ZeroPoint (INT4_ZP).
+enum class Int4Header { Sym, Asym, ZeroPoint };
+
 // INT4 groups of G = 64 or 128, laid out as the G = 32 ones above.
-template <int G, bool kAsymmetric>
+template <int G, Int4Header kHeaderKind>
 struct Int4Decoder {
+  static constexpr bool kAsymmetric = kHeaderKind != Int4Header::Sym;
   static constexpr int64_t kQs = kAsymmetric ? 4 : 2;
   static constexpr int64_t kHeader = 0, kBlockElements = G, kBlockBytes = kQs + G / 2;
   static constexpr int C = kAsymmetric ? 0 : 8;
@@ -210,6 +251,13 @@ struct Int4Decoder {
                                               0x0004000400040004, 0x0004000400040004);
       w.a = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(2, 2, 0, 0)), shift));
       w.b = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(3, 3, 1, 1)), shift));
+      if constexpr (kHeaderKind == Int4Header::ZeroPoint) {
+        const auto [s0, m0] = zp_scale_min(p);
+        const auto [s1, m1] = zp_scale_min(p + kBlockBytes);
+        w.scale = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
+        w.min = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(m0), _mm512_set1_ps(m1));
+        return w;
+      }
       w.scale = scales2(p, kBlockBytes);
       if constexpr (kAsymmetric) w.min = scales2(p + 2, kBlockBytes);
     } else {
@@ -220,6 +268,12 @@ struct Int4Decoder {
                                               0x0004000400040004, 0x0004000400040004);
       w.a = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(2, 0, 2, 0)), shift));
       w.b = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(3, 1, 3, 1)), shift));
+      if constexpr (kHeaderKind == Int4Header::ZeroPoint) {
+        const auto [scale, min] = zp_scale_min(p);
+        w.scale = _mm512_set1_ps(scale);
+        w.min = _mm512_set1_ps(min);
+        return w;
+      }
       w.scale = scales1(p);
       if constexpr (kAsymmetric) w.min = scales1(p + 2);
     }
@@ -356,11 +410,15 @@ constexpr FormatKernels kQ5_0 = make_kernels<Q5_0Decoder>(DType::Q5_0);
 constexpr FormatKernels kQ5_1 = make_kernels<Q5_1Decoder>(DType::Q5_1);
 constexpr FormatKernels kInt8Pc = make_kernels<Int8PcDecoder>(DType::INT8_PC);
 constexpr FormatKernels kInt4Sym32 = make_kernels<Q4_0Decoder>(DType::INT4_SYM_G32);
-constexpr FormatKernels kInt4Sym64 = make_kernels<Int4Decoder<64, false>>(DType::INT4_SYM_G64);
-constexpr FormatKernels kInt4Sym128 = make_kernels<Int4Decoder<128, false>>(DType::INT4_SYM_G128);
+using H = Int4Header;
+constexpr FormatKernels kInt4Sym64 = make_kernels<Int4Decoder<64, H::Sym>>(DType::INT4_SYM_G64);
+constexpr FormatKernels kInt4Sym128 = make_kernels<Int4Decoder<128, H::Sym>>(DType::INT4_SYM_G128);
 constexpr FormatKernels kInt4Asym32 = make_kernels<Q4_1Decoder>(DType::INT4_ASYM_G32);
-constexpr FormatKernels kInt4Asym64 = make_kernels<Int4Decoder<64, true>>(DType::INT4_ASYM_G64);
-constexpr FormatKernels kInt4Asym128 = make_kernels<Int4Decoder<128, true>>(DType::INT4_ASYM_G128);
+constexpr FormatKernels kInt4Asym64 = make_kernels<Int4Decoder<64, H::Asym>>(DType::INT4_ASYM_G64);
+constexpr FormatKernels kInt4Asym128 = make_kernels<Int4Decoder<128, H::Asym>>(DType::INT4_ASYM_G128);
+constexpr FormatKernels kInt4Zp32 = make_kernels<Int4Zp32Decoder>(DType::INT4_ZP_G32);
+constexpr FormatKernels kInt4Zp64 = make_kernels<Int4Decoder<64, H::ZeroPoint>>(DType::INT4_ZP_G64);
+constexpr FormatKernels kInt4Zp128 = make_kernels<Int4Decoder<128, H::ZeroPoint>>(DType::INT4_ZP_G128);
 constexpr FormatKernels kInt3Asym64 = make_kernels<IntLowBitDecoder<64, 3>>(DType::INT3_ASYM_G64);
 constexpr FormatKernels kInt3Asym128 = make_kernels<IntLowBitDecoder<128, 3>>(DType::INT3_ASYM_G128);
 constexpr FormatKernels kInt2Asym64 = make_kernels<IntLowBitDecoder<64, 2>>(DType::INT2_ASYM_G64);
@@ -382,6 +440,9 @@ const FormatKernels* avx512_q8_kernels(DType weight_type) {
     case DType::INT4_ASYM_G32: return &kInt4Asym32;
     case DType::INT4_ASYM_G64: return &kInt4Asym64;
     case DType::INT4_ASYM_G128: return &kInt4Asym128;
+    case DType::INT4_ZP_G32: return &kInt4Zp32;
+    case DType::INT4_ZP_G64: return &kInt4Zp64;
+    case DType::INT4_ZP_G128: return &kInt4Zp128;
     case DType::INT3_ASYM_G64: return &kInt3Asym64;
     case DType::INT3_ASYM_G128: return &kInt3Asym128;
     case DType::INT2_ASYM_G64: return &kInt2Asym64;

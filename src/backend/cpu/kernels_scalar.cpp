@@ -70,6 +70,7 @@ const FormatKernels* scalar_format_kernels(DType weight_type) {
                 DType::INT4_SYM_G32, DType::INT4_SYM_G64, DType::INT4_SYM_G128,
                 DType::INT4_ASYM_G32, DType::INT4_ASYM_G64, DType::INT4_ASYM_G128,
                 DType::INT3_ASYM_G64, DType::INT3_ASYM_G128, DType::INT2_ASYM_G64, DType::INT2_ASYM_G128, DType::NF4,
+                DType::INT4_ZP_G32, DType::INT4_ZP_G64, DType::INT4_ZP_G128,
                 DType::FP8_E4M3_PC, DType::W8A8>(weight_type);
 }
 

@@ -1,0 +1,557 @@
+#include "loader/hf_quantized.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "core/half.h"
+
+namespace kestrel {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------
+// Reading the checkpoint's tensors.
+
+std::string shape_text(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+class Tensors {
+ public:
+  Tensors(const safetensors::SafetensorsModel& st, std::string module, std::string what)
+      : st_(st), module_(std::move(module)), what_(std::move(what)) {}
+
+  const safetensors::Tensor* find(const std::string& suffix) const { return st_.find(module_ + "." + suffix); }
+  const safetensors::Tensor& need(const std::string& suffix, const char* expected) const {
+    const safetensors::Tensor* t = find(suffix);
+    if (t == nullptr) fail("missing tensor '{}.{}' ({} expects {})", module_, suffix, what_, expected);
+    return *t;
+  }
+  // The tensor with its dtype among `dtypes` and its shape `shape`, or an error saying what was expected.
+  const safetensors::Tensor& need(const std::string& suffix, const char* expected, std::initializer_list<const char*> dtypes,
+                                  const std::vector<int64_t>& shape) const {
+    const safetensors::Tensor& t = need(suffix, expected);
+    check(t, dtypes, shape);
+    return t;
+  }
+  void check(const safetensors::Tensor& t, std::initializer_list<const char*> dtypes, const std::vector<int64_t>& shape) const {
+    const bool dtype_ok = std::any_of(dtypes.begin(), dtypes.end(), [&](const char* d) { return t.dtype == d; });
+    if (!dtype_ok || t.shape != shape) {
+      fail("tensor '{}' is {} {}; {} of this {} layer expects {} {}", t.name, t.dtype, shape_text(t.shape), what_,
+           module_, fmt::join(dtypes, "/"), shape_text(shape));
+    }
+  }
+  const std::string& module() const { return module_; }
+  const std::string& what() const { return what_; }
+
+ private:
+  const safetensors::SafetensorsModel& st_;
+  std::string module_;
+  std::string what_;
+};
+
+int32_t i32_at(const safetensors::Tensor& t, int64_t i) {
+  int32_t v;
+  std::memcpy(&v, t.data + 4 * i, 4);
+  return v;
+}
+int64_t int_at(const safetensors::Tensor& t, int64_t i) {
+  if (t.dtype == "I64") {
+    int64_t v;
+    std::memcpy(&v, t.data + 8 * i, 8);
+    return v;
+  }
+  return i32_at(t, i);
+}
+float float_at(const safetensors::Tensor& t, int64_t i) {
+  if (t.dtype == "F32") {
+    float v;
+    std::memcpy(&v, t.data + 4 * i, 4);
+    return v;
+  }
+  uint16_t h;
+  std::memcpy(&h, t.data + 2 * i, 2);
+  return t.dtype == "F16" ? fp16_to_float(h) : bf16_to_float(h);
+}
+
+// OCP E4M3 (float8_e4m3fn): bias 7, no infinities, S.1111.111 is NaN.
+float e4m3_to_float(uint8_t code) {
+  const int exponent = (code >> 3) & 15, mantissa = code & 7;
+  float v;
+  if (exponent == 15 && mantissa == 7) {
+    v = std::nanf("");
+  } else if (exponent == 0) {
+    v = std::ldexp(float(mantissa), -9);
+  } else {
+    v = std::ldexp(float(8 + mantissa), exponent - 10);
+  }
+  return (code & 0x80) != 0 ? -v : v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A linear layer's integer codes, whatever the packing: x[r][c] = scale[r][g] * (q[r][c] - zero[r][g]),
+// g = g_idx[c].
+struct Codes {
+  int64_t rows = 0, cols = 0, groups = 0;
+  int bits = 0;
+  std::vector<uint8_t> q;      // [rows][cols] unsigned levels
+  std::vector<float> scale;    // [rows][groups]
+  std::vector<int32_t> zero;   // [rows][groups]
+  std::vector<int32_t> g_idx;  // [cols]
+  float value(int64_t r, int64_t c) const {
+    const int64_t g = g_idx[size_t(c)];
+    return scale[size_t(r * groups + g)] * float(int32_t(q[size_t(r * cols + c)]) - zero[size_t(r * groups + g)]);
+  }
+};
+
+int64_t groups_of(int64_t cols, int64_t group_size) { return group_size > 0 ? (cols + group_size - 1) / group_size : 1; }
+
+// g_idx from the checkpoint (act-order) or column / group_size.
+std::vector<int32_t> read_g_idx(const Tensors& ts, const char* name, int64_t cols, int64_t group_size, int64_t groups) {
+  std::vector<int32_t> g_idx(static_cast<size_t>(cols));
+  const safetensors::Tensor* t = ts.find(name);
+  if (t == nullptr) {
+    for (int64_t c = 0; c < cols; ++c) g_idx[size_t(c)] = group_size > 0 ? int32_t(c / group_size) : 0;
+    return g_idx;
+  }
+  ts.check(*t, {"I32", "I64"}, {cols});
+  for (int64_t c = 0; c < cols; ++c) {
+    const int64_t g = int_at(*t, c);
+    if (g < 0 || g >= groups) fail("tensor '{}': entry {} is group {}, but there are {} groups", t->name, c, g, groups);
+    g_idx[size_t(c)] = int32_t(g);
+  }
+  return g_idx;
+}
+
+// AutoGPTQ / GPTQModel: qweight I32 [cols * bits / 32][rows], value j of a word at bits j * bits
+// (input channel 32 / bits * i + j); qzeros I32 [groups][rows * bits / 32] packed the same way
+// along the output channels; scales [groups][rows]; g_idx [cols].
+Codes read_gptq(const Tensors& ts, const HfQuantization& q, int64_t rows, int64_t cols) {
+  Codes k;
+  k.rows = rows;
+  k.cols = cols;
+  k.bits = q.bits;
+  const int64_t per_word = 32 / q.bits, mask = (int64_t(1) << q.bits) - 1;
+  if (cols % per_word != 0 || rows % per_word != 0) {
+    fail("{} layer {} is {} x {}; {} packs {} values per int32, so both must be multiples of it", ts.what(),
+         ts.module(), rows, cols, ts.what(), per_word);
+  }
+  k.groups = groups_of(cols, q.group_size);
+  const char* expected = "qweight, qzeros, scales (and g_idx)";
+  const auto& qweight = ts.need("qweight", expected, {"I32"}, {cols / per_word, rows});
+  const auto& qzeros = ts.need("qzeros", expected, {"I32"}, {k.groups, rows / per_word});
+  const auto& scales = ts.need("scales", expected, {"F16", "BF16", "F32"}, {k.groups, rows});
+  k.g_idx = read_g_idx(ts, "g_idx", cols, q.group_size, k.groups);
+  k.q.resize(size_t(rows * cols));
+  for (int64_t i = 0; i < cols / per_word; ++i) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint32_t word = uint32_t(i32_at(qweight, i * rows + r));
+      for (int64_t j = 0; j < per_word; ++j) k.q[size_t(r * cols + i * per_word + j)] = uint8_t((word >> (q.bits * j)) & mask);
+    }
+  }
+  k.scale.resize(size_t(rows * k.groups));
+  k.zero.resize(size_t(rows * k.groups));
+  for (int64_t g = 0; g < k.groups; ++g) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint32_t word = uint32_t(i32_at(qzeros, g * (rows / per_word) + r / per_word));
+      // v1 stores z - 1; AutoGPTQ's kernels add the 1 back after masking (a stored 2^bits - 1 is 2^bits).
+      const int32_t stored = int32_t((word >> (q.bits * (r % per_word))) & mask);
+      k.zero[size_t(r * k.groups + g)] = stored + (q.gptq_v1_zeros ? 1 : 0);
+      k.scale[size_t(r * k.groups + g)] = float_at(scales, g * rows + r);
+    }
+  }
+  return k;
+}
+
+// AutoAWQ GEMM: qweight I32 [cols][rows / 8], nibble n of a word holding output channel
+// 8 w + kOrder[n] (kOrder = 0 2 4 6 1 3 5 7); qzeros I32 [groups][rows / 8] likewise; scales [groups][rows].
+Codes read_awq(const Tensors& ts, const HfQuantization& q, int64_t rows, int64_t cols) {
+  constexpr int kNibbleOf[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // the nibble holding channel 8 w + i
+  Codes k;
+  k.rows = rows;
+  k.cols = cols;
+  k.bits = 4;
+  if (rows % 8 != 0) fail("AWQ layer {} has {} output channels; AWQ packs 8 per int32", ts.module(), rows);
+  k.groups = groups_of(cols, q.group_size);
+  const char* expected = "qweight, qzeros, scales";
+  const auto& qweight = ts.need("qweight", expected, {"I32"}, {cols, rows / 8});
+  const auto& qzeros = ts.need("qzeros", expected, {"I32"}, {k.groups, rows / 8});
+  const auto& scales = ts.need("scales", expected, {"F16", "BF16", "F32"}, {k.groups, rows});
+  k.g_idx = read_g_idx(ts, "g_idx", cols, q.group_size, k.groups);  // AWQ has none: column / group
+  auto nibble = [&](const safetensors::Tensor& t, int64_t row_of_t, int64_t r) {
+    const uint32_t word = uint32_t(i32_at(t, row_of_t * (rows / 8) + r / 8));
+    return int32_t((word >> (4 * kNibbleOf[r % 8])) & 15);
+  };
+  k.q.resize(size_t(rows * cols));
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t r = 0; r < rows; ++r) k.q[size_t(r * cols + c)] = uint8_t(nibble(qweight, c, r));
+  }
+  k.scale.resize(size_t(rows * k.groups));
+  k.zero.resize(size_t(rows * k.groups));
+  for (int64_t g = 0; g < k.groups; ++g) {
+    for (int64_t r = 0; r < rows; ++r) {
+      k.zero[size_t(r * k.groups + g)] = nibble(qzeros, g, r);
+      k.scale[size_t(r * k.groups + g)] = float_at(scales, g * rows + r);
+    }
+  }
+  return k;
+}
+
+// compressed-tensors pack-quantized: weight_packed I32 [rows][cols * bits / 32], value c at bit
+// bits * c of the row's words, stored + 2^(bits-1) (signed levels); weight_scale [rows][groups];
+// asymmetric: weight_zero_point I32 [rows * bits / 32][groups] packed along the rows the same way;
+// weight_g_idx [cols] for act-order; weight_shape = {rows, cols}.
+Codes read_packed(const Tensors& ts, const HfQuantization& q, int64_t rows, int64_t cols) {
+  Codes k;
+  k.rows = rows;
+  k.cols = cols;
+  k.bits = q.bits;
+  const int64_t per_word = 32 / q.bits, mask = (int64_t(1) << q.bits) - 1, offset = int64_t(1) << (q.bits - 1);
+  const char* expected = q.symmetric ? "weight_packed, weight_scale, weight_shape"
+                                     : "weight_packed, weight_scale, weight_zero_point, weight_shape";
+  const auto& packed = ts.need("weight_packed", expected, {"I32"}, {rows, (cols + per_word - 1) / per_word});
+  const auto& shape = ts.need("weight_shape", expected);
+  if (shape.shape != std::vector<int64_t>{2} || (shape.dtype != "I64" && shape.dtype != "I32") ||
+      int_at(shape, 0) != rows || int_at(shape, 1) != cols) {
+    fail("tensor '{}' must hold the layer's shape [{}, {}]", shape.name, rows, cols);
+  }
+  const auto& scales = ts.need("weight_scale", expected);
+  // Group (scale [rows][groups]), channel ([rows][1]) or one scale for the tensor ([1] or []).
+  const bool per_tensor = scales.num_elements() == 1;
+  k.groups = per_tensor ? 1 : groups_of(cols, q.group_size);
+  if (!per_tensor) ts.check(scales, {"F16", "BF16", "F32"}, {rows, k.groups});
+  k.g_idx = read_g_idx(ts, "weight_g_idx", cols, q.group_size, k.groups);
+  k.q.resize(size_t(rows * cols));
+  const int64_t words = packed.shape[1];
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint32_t word = uint32_t(i32_at(packed, r * words + c / per_word));
+      k.q[size_t(r * cols + c)] = uint8_t((word >> (q.bits * (c % per_word))) & mask);
+    }
+  }
+  k.scale.resize(size_t(rows * k.groups));
+  k.zero.assign(size_t(rows * k.groups), int32_t(offset));
+  for (int64_t i = 0; i < rows * k.groups; ++i) k.scale[size_t(i)] = float_at(scales, per_tensor ? 0 : i);
+  if (!q.symmetric) {
+    const auto& zp = ts.need("weight_zero_point", expected, {"I32"}, {(rows + per_word - 1) / per_word, k.groups});
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t g = 0; g < k.groups; ++g) {
+        const uint32_t word = uint32_t(i32_at(zp, (r / per_word) * k.groups + g));
+        k.zero[size_t(r * k.groups + g)] = int32_t((word >> (q.bits * (r % per_word))) & mask);
+      }
+    }
+  }
+  return k;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing Kestrel tensors.
+
+QuantizedLinear make_tensor(const std::string& name, DType type, int64_t rows, int64_t cols, std::vector<uint8_t> bytes) {
+  QuantizedLinear out;
+  out.owned = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+  out.weight.name = name;
+  out.weight.type = type;
+  out.weight.dims = {cols, rows};
+  out.weight.data = out.owned->data();
+  out.weight.num_bytes = out.owned->size();
+  return out;
+}
+
+// x[r][c] as F32 (exact for these codes: at most 8 + 11 significant bits).
+template <class Value>
+QuantizedLinear f32_tensor(const std::string& name, int64_t rows, int64_t cols, const std::vector<int64_t>& row_order,
+                           Value value, std::string why) {
+  std::vector<uint8_t> bytes(size_t(rows * cols) * 4);
+  auto* out = reinterpret_cast<float*>(bytes.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t src = row_order.empty() ? r : row_order[size_t(r)];
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = value(src, c);
+  }
+  QuantizedLinear t = make_tensor(name, DType::F32, rows, cols, std::move(bytes));
+  t.fallback = std::move(why);
+  return t;
+}
+
+// The Kestrel encoding of `k`: columns sorted by group if g_idx is not already in order, then
+// INT4_ZP / Q8_0 blocks of the largest size whose every block lies in one group.
+QuantizedLinear encode(const Codes& k, const std::string& name, const std::vector<int64_t>& row_order) {
+  // order[c'] = the checkpoint column at position c' (stable sort by group: identity when in order).
+  std::vector<int32_t> order(static_cast<size_t>(k.cols));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return k.g_idx[size_t(a)] < k.g_idx[size_t(b)]; });
+  bool permuted = false;
+  for (int64_t c = 0; c < k.cols; ++c) permuted |= order[size_t(c)] != int32_t(c);
+  auto group_at = [&](int64_t c) { return k.g_idx[size_t(order[size_t(c)])]; };
+  auto exact = [&](int64_t r, int64_t c) { return k.value(r, c); };
+  int64_t block = 0;
+  for (int64_t b : {128, 64, 32}) {
+    if (k.cols % b != 0) continue;
+    bool fits = true;
+    for (int64_t c = 0; c < k.cols && fits; ++c) fits = group_at(c) == group_at(c - c % b);
+    if (fits) {
+      block = b;
+      break;
+    }
+  }
+  const std::string shape = fmt::format("{} x {}", k.rows, k.cols);
+  if (block == 0) {
+    return f32_tensor(name, k.rows, k.cols, row_order, exact,
+                      fmt::format("{}: its groups do not fall on blocks of 32 columns", shape));
+  }
+  const int64_t blocks = k.cols / block;
+  auto scale_of = [&](int64_t r, int64_t b) { return k.scale[size_t(r * k.groups + group_at(b * block))]; };
+  auto zero_of = [&](int64_t r, int64_t b) { return k.zero[size_t(r * k.groups + group_at(b * block))]; };
+  auto level = [&](int64_t r, int64_t c) { return k.q[size_t(r * k.cols + order[size_t(c)])]; };
+  std::vector<uint8_t> bytes;
+  DType type;
+  if (k.bits <= 4) {
+    // INT4_ZP_G{block}: per block the scale's F32 bits | zero, then nibbles (value i in byte
+    // i % (block / 2), low nibble for the first half) - core/dtype.h.
+    type = block == 128 ? DType::INT4_ZP_G128 : block == 64 ? DType::INT4_ZP_G64 : DType::INT4_ZP_G32;
+    const int64_t block_bytes = 4 + block / 2;
+    bytes.assign(size_t(k.rows * blocks * block_bytes), 0);
+    for (int64_t r = 0; r < k.rows; ++r) {
+      const int64_t src = row_order.empty() ? r : row_order[size_t(r)];
+      for (int64_t b = 0; b < blocks; ++b) {
+        uint8_t* p = bytes.data() + (r * blocks + b) * block_bytes;
+        const uint32_t bits = float_to_bits(scale_of(src, b));
+        const int32_t z = zero_of(src, b);
+        if ((bits & 0xffu) != 0 || z < 0 || z > 255) {
+          return f32_tensor(name, k.rows, k.cols, row_order, exact,
+                            fmt::format("{}: a scale with more than 16 significant bits", shape));
+        }
+        const uint32_t word = bits | uint32_t(z);
+        std::memcpy(p, &word, 4);
+        for (int64_t i = 0; i < block; ++i) {
+          p[4 + i % (block / 2)] |= uint8_t(level(src, b * block + i) << (i < block / 2 ? 0 : 4));
+        }
+      }
+    }
+  } else {
+    // Q8_0 (F16 d, 32 int8) holds symmetric 8-bit codes (z = 128) whose scales are F16 values.
+    if (block % 32 != 0) fail("internal: 8-bit blocks");
+    type = DType::Q8_0;
+    const int64_t q8_blocks = k.cols / 32;
+    bytes.assign(size_t(k.rows * q8_blocks * 34), 0);
+    for (int64_t r = 0; r < k.rows; ++r) {
+      const int64_t src = row_order.empty() ? r : row_order[size_t(r)];
+      for (int64_t b = 0; b < q8_blocks; ++b) {
+        const float s = scale_of(src, b * 32 / block);
+        const uint16_t d = float_to_fp16(s);
+        if (zero_of(src, b * 32 / block) != 128 || fp16_to_float(d) != s) {
+          return f32_tensor(name, k.rows, k.cols, row_order, exact,
+                            fmt::format("{}: 8-bit with zero points or non-F16 scales", shape));
+        }
+        uint8_t* p = bytes.data() + (r * q8_blocks + b) * 34;
+        std::memcpy(p, &d, 2);
+        for (int64_t i = 0; i < 32; ++i) p[2 + i] = uint8_t(int8_t(int32_t(level(src, b * 32 + i)) - 128));
+      }
+    }
+  }
+  QuantizedLinear t = make_tensor(name, type, k.rows, k.cols, std::move(bytes));
+  if (permuted) {
+    t.owned_order = std::make_shared<std::vector<uint8_t>>(size_t(k.cols) * 4);
+    std::memcpy(t.owned_order->data(), order.data(), t.owned_order->size());
+    gguf::TensorInfo info;
+    info.name = name.substr(0, name.size() - (name.ends_with(".weight") ? 7 : 0)) + ".input_order";
+    info.type = DType::I32;
+    info.dims = {k.cols};
+    info.data = t.owned_order->data();
+    info.num_bytes = t.owned_order->size();
+    t.input_order = std::move(info);
+  }
+  return t;
+}
+
+// compressed-tensors float-quantized: weight F8_E4M3 [rows][cols], weight_scale one per tensor
+// ([1] / []), per row ([rows][1]) or per block ([ceil(rows / b0)][ceil(cols / b1)]).
+QuantizedLinear read_fp8(const Tensors& ts, const std::string& name, int64_t rows, int64_t cols,
+                         const std::vector<int64_t>& row_order) {
+  const char* expected = "weight (F8_E4M3) and weight_scale";
+  const auto& w = ts.need("weight", expected, {"F8_E4M3"}, {rows, cols});
+  const auto& scales = ts.need("weight_scale", expected);
+  if (scales.dtype != "F32" && scales.dtype != "F16" && scales.dtype != "BF16") {
+    fail("tensor '{}' is {}; expected F32, F16 or BF16", scales.name, scales.dtype);
+  }
+  int64_t block_rows = rows, block_cols = cols;  // one scale per tensor
+  if (scales.num_elements() != 1) {
+    if (scales.shape.size() != 2 || scales.shape[0] <= 0 || scales.shape[1] <= 0) {
+      fail("tensor '{}' is {}; expected [1], [{}, 1] or block scales [rows / b, cols / b]", scales.name,
+           shape_text(scales.shape), rows);
+    }
+    block_rows = (rows + scales.shape[0] - 1) / scales.shape[0];
+    block_cols = (cols + scales.shape[1] - 1) / scales.shape[1];
+    if ((rows + block_rows - 1) / block_rows != scales.shape[0] || (cols + block_cols - 1) / block_cols != scales.shape[1]) {
+      fail("tensor '{}' is {}, which does not tile a {} x {} weight", scales.name, shape_text(scales.shape), rows, cols);
+    }
+  }
+  const int64_t scale_cols = scales.num_elements() == 1 ? 1 : scales.shape[1];
+  auto scale = [&](int64_t r, int64_t c) {
+    return scales.num_elements() == 1 ? float_at(scales, 0) : float_at(scales, (r / block_rows) * scale_cols + c / block_cols);
+  };
+  if (block_cols != cols) {
+    return f32_tensor(name, rows, cols, row_order, [&](int64_t r, int64_t c) { return scale(r, c) * e4m3_to_float(w.data[r * cols + c]); },
+                      fmt::format("{} x {}: FP8 with block scales along the row", rows, cols));
+  }
+  // FP8_E4M3_PC: per row an F32 scale, then the E4M3 bytes.
+  std::vector<uint8_t> bytes(size_t(rows * (4 + cols)));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t src = row_order.empty() ? r : row_order[size_t(r)];
+    const float s = scale(src, 0);
+    std::memcpy(bytes.data() + r * (4 + cols), &s, 4);
+    std::memcpy(bytes.data() + r * (4 + cols) + 4, w.data + src * cols, size_t(cols));
+  }
+  return make_tensor(name, DType::FP8_E4M3_PC, rows, cols, std::move(bytes));
+}
+
+// ---------------------------------------------------------------------------------------------
+// quantization_config.
+
+int bits_of(const json& j, const char* key, const std::string& path) {
+  if (!j.contains(key) || !j[key].is_number_integer()) fail("{}: quantization_config has no integer '{}'", path, key);
+  return j[key].get<int>();
+}
+int64_t group_size_of(const json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return 0;
+  const int64_t g = j[key].get<int64_t>();
+  return g > 0 ? g : 0;  // -1: per output channel
+}
+
+HfQuantization parse_compressed_tensors(const json& qc, const std::string& path) {
+  HfQuantization q;
+  const std::string format = qc.value("format", "");
+  if (format == "pack-quantized") {
+    q.method = HfQuantization::Method::PackedInt;
+  } else if (format == "float-quantized" || format == "naive-quantized") {
+    q.method = HfQuantization::Method::Fp8;
+  } else {
+    fail("{}: compressed-tensors format '{}' is not supported (pack-quantized, float-quantized)", path, format);
+  }
+  if (!qc.contains("config_groups") || !qc["config_groups"].is_object() || qc["config_groups"].empty()) {
+    fail("{}: compressed-tensors quantization_config has no config_groups", path);
+  }
+  const json* weights = nullptr;
+  for (const auto& [group_name, group] : qc["config_groups"].items()) {
+    if (!group.contains("weights") || !group["weights"].is_object()) {
+      fail("{}: config group '{}' has no weights settings", path, group_name);
+    }
+    if (weights != nullptr && *weights != group["weights"]) {
+      fail("{}: config groups with different weight settings are not supported", path);
+    }
+    weights = &group["weights"];
+  }
+  const json& w = *weights;
+  q.bits = bits_of(w, "num_bits", path);
+  q.symmetric = w.value("symmetric", true);
+  const std::string type = w.value("type", "int");
+  const std::string strategy = w.value("strategy", "tensor");
+  if (q.method == HfQuantization::Method::PackedInt) {
+    if (type != "int" || (q.bits != 4 && q.bits != 8)) {
+      fail("{}: pack-quantized {} {}-bit weights are not supported (int 4 or 8 bits)", path, type, q.bits);
+    }
+    if (strategy == "group") {
+      q.group_size = group_size_of(w, "group_size");
+      if (q.group_size == 0) fail("{}: group strategy without a group_size", path);
+    } else if (strategy != "channel" && strategy != "tensor") {
+      fail("{}: pack-quantized strategy '{}' is not supported (group, channel, tensor)", path, strategy);
+    }
+    q.description = fmt::format("compressed-tensors pack-quantized INT{} {}, {}", q.bits,
+                                q.group_size > 0 ? fmt::format("groups of {}", q.group_size) : strategy,
+                                q.symmetric ? "symmetric" : "zero points");
+  } else {
+    if (type != "float" || q.bits != 8) fail("{}: float-quantized {} {}-bit weights are not supported (FP8 E4M3)", path, type, q.bits);
+    q.description = fmt::format("compressed-tensors FP8 E4M3 per {}", strategy);
+  }
+  return q;
+}
+
+}  // namespace
+
+HfQuantization parse_hf_quantization(const json& config, const std::string& folder) {
+  const std::string config_path = (fs::path(folder) / "config.json").string();
+  json qc;
+  std::string path = config_path;
+  if (config.contains("quantization_config") && config["quantization_config"].is_object()) {
+    qc = config["quantization_config"];
+  } else if (const fs::path old = fs::path(folder) / "quantize_config.json"; fs::exists(old)) {
+    // AutoGPTQ before transformers' integration wrote its settings beside config.json.
+    std::ifstream in(old);
+    try {
+      qc = json::parse(in);
+    } catch (const json::exception& e) {
+      fail("{}: not valid JSON: {}", old.string(), e.what());
+    }
+    path = old.string();
+    if (!qc.contains("quant_method")) qc["quant_method"] = "gptq";
+  } else {
+    return {};
+  }
+  const std::string method = qc.value("quant_method", "");
+  HfQuantization q;
+  if (method == "gptq") {
+    q.method = HfQuantization::Method::Gptq;
+    q.bits = bits_of(qc, "bits", path);
+    if (q.bits != 2 && q.bits != 4 && q.bits != 8) {
+      fail("{}: GPTQ {}-bit is not supported (2, 4 or 8 bits; 3-bit packs values across words)", path, q.bits);
+    }
+    q.group_size = group_size_of(qc, "group_size");
+    q.symmetric = qc.value("sym", true);
+    const std::string format = qc.value("checkpoint_format", qc.value("format", "gptq"));
+    if (format != "gptq" && format != "gptq_v2") {
+      fail("{}: GPTQ checkpoint_format '{}' is not supported (gptq, gptq_v2)", path, format);
+    }
+    q.gptq_v1_zeros = format == "gptq";
+    q.description = fmt::format("GPTQ {}-bit, {}{}, {} zeros", q.bits,
+                                q.group_size > 0 ? fmt::format("groups of {}", q.group_size) : "per channel",
+                                qc.value("desc_act", false) ? ", act-order" : "", q.gptq_v1_zeros ? "v1" : "v2");
+  } else if (method == "awq") {
+    q.method = HfQuantization::Method::Awq;
+    q.bits = qc.contains("bits") ? bits_of(qc, "bits", path) : bits_of(qc, "w_bit", path);
+    q.group_size = group_size_of(qc, qc.contains("group_size") ? "group_size" : "q_group_size");
+    const std::string version = qc.value("version", "gemm");
+    if (q.bits != 4) fail("{}: AWQ {}-bit is not supported (4 bits)", path, q.bits);
+    if (version != "gemm" && version != "GEMM") fail("{}: AWQ version '{}' is not supported (gemm)", path, version);
+    if (!qc.value("zero_point", true)) fail("{}: AWQ without zero points is not supported", path);
+    q.symmetric = false;
+    q.description = fmt::format("AWQ GEMM 4-bit, groups of {}", q.group_size);
+  } else if (method == "compressed-tensors") {
+    q = parse_compressed_tensors(qc, path);
+  } else {
+    fail("{}: quant_method '{}' is not supported (gptq, awq, compressed-tensors)", path, method);
+  }
+  return q;
+}
+
+std::optional<QuantizedLinear> load_quantized_linear(const safetensors::SafetensorsModel& st, const HfQuantization& q,
+                                                     const std::string& module, const std::string& gguf_name,
+                                                     int64_t rows, int64_t cols, const std::vector<int64_t>& row_order,
+                                                     const std::string& folder) {
+  using Method = HfQuantization::Method;
+  const char* what = q.method == Method::Gptq ? "GPTQ" : q.method == Method::Awq ? "AWQ" : "compressed-tensors";
+  const Tensors ts(st, module, what);
+  const safetensors::Tensor* weight = ts.find("weight");
+  if (q.method == Method::None || (weight != nullptr && weight->float_type().has_value())) return std::nullopt;
+  try {
+    switch (q.method) {
+      case Method::Gptq: return encode(read_gptq(ts, q, rows, cols), gguf_name, row_order);
+      case Method::Awq: return encode(read_awq(ts, q, rows, cols), gguf_name, row_order);
+      case Method::PackedInt: return encode(read_packed(ts, q, rows, cols), gguf_name, row_order);
+      case Method::Fp8: return read_fp8(ts, gguf_name, rows, cols, row_order);
+      case Method::None: break;
+    }
+  } catch (const Error& e) {
+    fail("{}: {}", folder, e.what());
+  }
+  return std::nullopt;
+}
+
+}  // namespace kestrel

@@ -44,6 +44,7 @@ def main():
     gdir, gname = os.path.split(os.path.abspath(a.gguf))
     tok = transformers.AutoTokenizer.from_pretrained(gdir, gguf_file=gname)
     model = transformers.AutoModelForCausalLM.from_pretrained(gdir, gguf_file=gname, dtype=torch.float32).eval()
+    model.config.architectures = [type(model).__name__]  # the GGUF reader leaves it unset
     gptq_dir, f32_dir = os.path.join(a.out, "gptq"), os.path.join(a.out, "dequantized")
     for d in (gptq_dir, f32_dir):
         shutil.rmtree(d, ignore_errors=True)
@@ -79,7 +80,8 @@ def main():
         tok.save_pretrained(d)
 
     # transformers' perplexity, llama-perplexity's way: chunks of ctx tokens, the second half scored.
-    ids = tok(open(a.text).read(), add_special_tokens=False)["input_ids"]
+    with open(a.text, encoding="utf-8", newline="") as f:  # as the bytes are: no newline translation
+        ids = tok(f.read(), add_special_tokens=False)["input_ids"]
     nll, count = 0.0, 0
     with torch.no_grad():
         for c in range(a.chunks):

@@ -13,6 +13,7 @@ reference libraries' own code, as the checkpoints users download are:
   gptq_v2_g64_llama      AutoGPTQ, then GPTQModel's v1 -> v2 zeros   Llama (Q/K rows permuted on load),
                                                                      checkpoint_format gptq_v2, asymmetric
   gptq_8bit_g32          AutoGPTQ QuantLinear.pack, 8 bits           symmetric 8-bit -> Q8_0
+  gptq_2bit_g64          AutoGPTQ QuantLinear.pack, 2 bits           16 values per int32 -> INT4_ZP (levels 0..3)
   awq_g64                AutoAWQ WQLinear_GEMM.from_linear           AWQ's interleaved nibble order, zeros
   ct_w4_g32_sym          compressed-tensors PackedQuantization-      pack-quantized INT4, symmetric (+8)
                          Compressor.compress
@@ -287,6 +288,7 @@ FIXTURES = {
     "ct_w4_g64_asym": ("qwen2", lambda m, f, r, R: pack_compressed(m, f, "int4", 64, False, r)),
     "ct_fp8_channel": ("qwen2", lambda m, f, r, R: pack_compressed(m, f, "fp8", 0, True, r)),
     "ct_fp8_block": ("qwen2", lambda m, f, r, R: pack_compressed(m, f, "fp8_block", 64, True, r)),
+    "gptq_2bit_g64": ("qwen2", lambda m, f, r, R: pack_gptq(m, f, R[0], 2, 64, False, False, r)),
 }
 
 
@@ -360,7 +362,7 @@ def main():
     for i, name in enumerate(FIXTURES):
         if args.only and name not in args.only:
             continue
-        build(name, args.out, refs, 7000 + 100 * i)
+        build(name, args.out, refs, 7000 + 100 * i)  # the table's order fixes each fixture's seed
 
 
 if __name__ == "__main__":

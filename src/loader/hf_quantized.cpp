@@ -100,6 +100,7 @@ float e4m3_to_float(uint8_t code) {
 // A linear layer's integer codes, whatever the packing: x[r][c] = scale[r][g] * (q[r][c] - zero[r][g]),
 // g = g_idx[c].
 struct Codes {
+  Codes(int64_t rows_, int64_t cols_, int bits_) : rows(rows_), cols(cols_), bits(bits_) {}
   int64_t rows = 0, cols = 0, groups = 0;
   int bits = 0;
   std::vector<uint8_t> q;      // [rows][cols] unsigned levels
@@ -135,10 +136,7 @@ std::vector<int32_t> read_g_idx(const Tensors& ts, const char* name, int64_t col
 // (input channel 32 / bits * i + j); qzeros I32 [groups][rows * bits / 32] packed the same way
 // along the output channels; scales [groups][rows]; g_idx [cols].
 Codes read_gptq(const Tensors& ts, const HfQuantization& q, int64_t rows, int64_t cols) {
-  Codes k;
-  k.rows = rows;
-  k.cols = cols;
-  k.bits = q.bits;
+  Codes k(rows, cols, q.bits);
   const int64_t per_word = 32 / q.bits, mask = (int64_t(1) << q.bits) - 1;
   if (cols % per_word != 0 || rows % per_word != 0) {
     fail("{} layer {} is {} x {}; {} packs {} values per int32, so both must be multiples of it", ts.what(),
@@ -175,10 +173,7 @@ Codes read_gptq(const Tensors& ts, const HfQuantization& q, int64_t rows, int64_
 // 8 w + kOrder[n] (kOrder = 0 2 4 6 1 3 5 7); qzeros I32 [groups][rows / 8] likewise; scales [groups][rows].
 Codes read_awq(const Tensors& ts, const HfQuantization& q, int64_t rows, int64_t cols) {
   constexpr int kNibbleOf[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // the nibble holding channel 8 w + i
-  Codes k;
-  k.rows = rows;
-  k.cols = cols;
-  k.bits = 4;
+  Codes k(rows, cols, 4);
   if (rows % 8 != 0) fail("AWQ layer {} has {} output channels; AWQ packs 8 per int32", ts.module(), rows);
   k.groups = groups_of(cols, q.group_size);
   const char* expected = "qweight, qzeros, scales";
@@ -210,10 +205,7 @@ Codes read_awq(const Tensors& ts, const HfQuantization& q, int64_t rows, int64_t
 // asymmetric: weight_zero_point I32 [rows * bits / 32][groups] packed along the rows the same way;
 // weight_g_idx [cols] for act-order; weight_shape = {rows, cols}.
 Codes read_packed(const Tensors& ts, const HfQuantization& q, int64_t rows, int64_t cols) {
-  Codes k;
-  k.rows = rows;
-  k.cols = cols;
-  k.bits = q.bits;
+  Codes k(rows, cols, q.bits);
   const int64_t per_word = 32 / q.bits, mask = (int64_t(1) << q.bits) - 1, offset = int64_t(1) << (q.bits - 1);
   const char* expected = q.symmetric ? "weight_packed, weight_scale, weight_shape"
                                      : "weight_packed, weight_scale, weight_zero_point, weight_shape";

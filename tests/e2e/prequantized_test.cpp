@@ -37,6 +37,7 @@
 #include "model/model.h"
 #include "quant/format.h"
 #include "reference_logits.h"
+#include "runner/model_runner.h"
 #include "test_paths.h"
 
 namespace kestrel {
@@ -45,8 +46,9 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-const char* const kFixtures[] = {"gptq_g128_sym",  "gptq_g32_actorder", "gptq_v2_g64_llama", "gptq_8bit_g32", "awq_g64",
-                                 "ct_w4_g32_sym",  "ct_w4_g64_asym",    "ct_fp8_channel",    "ct_fp8_block"};
+const char* const kFixtures[] = {"gptq_g128_sym", "gptq_g32_actorder", "gptq_v2_g64_llama", "gptq_8bit_g32",
+                                 "gptq_2bit_g64", "awq_g64",           "ct_w4_g32_sym",     "ct_w4_g64_asym",
+                                 "ct_fp8_channel", "ct_fp8_block"};
 
 std::string fixture_dir(const std::string& name) { return test::test_data_path("prequant/" + name); }
 const json& reference(const std::string& name) { return test::fixture_reference("prequant/" + name); }
@@ -261,6 +263,33 @@ TEST(PrequantizedErrors, UnknownQuantMethodIsNamed) {
   const std::string message = load_error(dir);
   EXPECT_NE(message.find("quant_method 'hqq' is not supported (gptq, awq, compressed-tensors)"), std::string::npos)
       << message;
+}
+
+TEST(PrequantizedErrors, CalibrationOnAnActOrderModelIsRefused) {
+  // imatrix / GPTQ / AWQ observe a matrix's input in the model's order; an act-order matrix's
+  // columns are permuted, so the statistics would be misplaced: refused, naming the matrix.
+  const auto model = Model::load(fixture_dir("gptq_g32_actorder"));
+  RunnerConfig rc;
+  rc.kv = model->kv_spec(DType::F32, DType::F32, 16);
+  rc.group_blocks = {1};
+  ModelRunner runner(*model, rc);
+  struct Counting : ActivationObserver {
+    void observe(int64_t, LinearKind, const float*, int64_t, int64_t) override {}
+  } observer;
+  runner.set_activation_observer(&observer);
+  const std::vector<TokenId> tokens = {1, 2, 3};
+  const std::vector<BlockId> table = {0};
+  SequenceChunk chunk;
+  chunk.tokens = tokens;
+  chunk.block_tables = {std::span<const BlockId>(table)};
+  chunk.logits_from = 2;
+  try {
+    runner.execute(std::span<const SequenceChunk>(&chunk, 1));
+    FAIL() << "an observer ran over act-order matrices";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("act-order matrices (input_order) yet: blk.0.attn_q.weight"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(PrequantizedErrors, GptqThreeBitIsRefusedByName) {

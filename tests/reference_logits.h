@@ -64,6 +64,23 @@ inline std::vector<float> batch_logits(const Model& model, const std::vector<std
   return std::vector<float>(logits.begin(), logits.end());
 }
 
+// Runs tokens 1, 2, 3 as one chunk (F32 K/V, one block) with `observer` watching the linear
+// layers' inputs: for the tests that calibration refuses a model (MoE layers, act-order matrices).
+inline void run_observed_chunk(const Model& model, ActivationObserver& observer) {
+  RunnerConfig rc;
+  rc.kv = model.kv_spec(DType::F32, DType::F32, 16);
+  rc.group_blocks = {1};
+  ModelRunner runner(model, rc);
+  runner.set_activation_observer(&observer);
+  const std::vector<TokenId> tokens = {1, 2, 3};
+  const std::vector<BlockId> table = {0};
+  SequenceChunk chunk;
+  chunk.tokens = tokens;
+  chunk.block_tables = {std::span<const BlockId>(table)};
+  chunk.logits_from = 2;
+  runner.execute(std::span<const SequenceChunk>(&chunk, 1));
+}
+
 // `reference` holds a "prompts" list (a reference.json, or a part of one with its own prompts).
 // relative_tolerance: of max|logit| (1e-4 for float weights; a quantized model's integer kernels
 // also round the activations to 8 bits, see prequantized_test.cpp).

@@ -77,7 +77,7 @@ enum class DType : uint32_t {
   // Levels and nibble order in quant/blocks.h; activations Q8_0.
   NF4 = 1013,
   // INT4 per group with an integer zero point, as GPTQ, AWQ and compressed-tensors store it:
-  // x = s * (q - z), q and z in [0, 15]. Per group a 32-bit word holding the scale s as F32 bits
+  // x = s * (q - z), q in [0, 15], z in [0, 255] (GPTQ v1 can give 16). Per group a 32-bit word holding the scale s as F32 bits
   // whose low 8 bits carry z (an F16 or BF16 scale widened to F32 leaves them 0, so s and z are
   // both exact), then G/2 bytes of nibbles in INT4_ASYM's order. Loaded pre-quantized checkpoints
   // dequantize to exactly the reference's values.

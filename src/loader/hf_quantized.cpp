@@ -216,10 +216,15 @@ Codes read_packed(const Tensors& ts, const HfQuantization& q, int64_t rows, int6
     fail("tensor '{}' must hold the layer's shape [{}, {}]", shape.name, rows, cols);
   }
   const auto& scales = ts.need("weight_scale", expected);
-  // Group (scale [rows][groups]), channel ([rows][1]) or one scale for the tensor ([1] or []).
-  const bool per_tensor = scales.num_elements() == 1;
+  // As the strategy says: group (scale [rows][groups]), channel ([rows][1]) or tensor ([1] or []).
+  const bool per_tensor = q.strategy == "tensor";
   k.groups = per_tensor ? 1 : groups_of(cols, q.group_size);
-  if (!per_tensor) ts.check(scales, {"F16", "BF16", "F32"}, {rows, k.groups});
+  if (per_tensor) {
+    if (scales.num_elements() != 1) fail("tensor '{}' is {}; a per-tensor scale is one value", scales.name, shape_text(scales.shape));
+    ts.check(scales, {"F16", "BF16", "F32"}, scales.shape);
+  } else {
+    ts.check(scales, {"F16", "BF16", "F32"}, {rows, k.groups});
+  }
   k.g_idx = read_g_idx(ts, "weight_g_idx", cols, q.group_size, k.groups);
   k.q.resize(size_t(rows * cols));
   const int64_t words = packed.shape[1];
@@ -366,31 +371,27 @@ QuantizedLinear encode(const Codes& k, const std::string& name, const std::vecto
 
 // compressed-tensors float-quantized: weight F8_E4M3 [rows][cols], weight_scale one per tensor
 // ([1] / []), per row ([rows][1]) or per block ([ceil(rows / b0)][ceil(cols / b1)]).
-QuantizedLinear read_fp8(const Tensors& ts, const std::string& name, int64_t rows, int64_t cols,
-                         const std::vector<int64_t>& row_order) {
+QuantizedLinear read_fp8(const Tensors& ts, const HfQuantization& q, const std::string& name, int64_t rows,
+                         int64_t cols, const std::vector<int64_t>& row_order) {
   const char* expected = "weight (F8_E4M3) and weight_scale";
   const auto& w = ts.need("weight", expected, {"F8_E4M3"}, {rows, cols});
   const auto& scales = ts.need("weight_scale", expected);
-  if (scales.dtype != "F32" && scales.dtype != "F16" && scales.dtype != "BF16") {
-    fail("tensor '{}' is {}; expected F32, F16 or BF16", scales.name, scales.dtype);
+  // The strategy fixes the scale's shape: tensor [1] / [], channel [rows][1], block (b0 x b1 from
+  // block_structure) [ceil(rows / b0)][ceil(cols / b1)].
+  int64_t block_rows = rows, block_cols = cols;
+  if (q.strategy == "tensor") {
+    if (scales.num_elements() != 1) fail("tensor '{}' is {}; a per-tensor scale is one value", scales.name, shape_text(scales.shape));
+    ts.check(scales, {"F16", "BF16", "F32"}, scales.shape);
+  } else if (q.strategy == "channel") {
+    block_rows = 1;
+    ts.check(scales, {"F16", "BF16", "F32"}, {rows, 1});
+  } else {
+    block_rows = q.block_rows, block_cols = q.block_cols;
+    ts.check(scales, {"F16", "BF16", "F32"}, {(rows + block_rows - 1) / block_rows, (cols + block_cols - 1) / block_cols});
   }
-  int64_t block_rows = rows, block_cols = cols;  // one scale per tensor
-  if (scales.num_elements() != 1) {
-    if (scales.shape.size() != 2 || scales.shape[0] <= 0 || scales.shape[1] <= 0) {
-      fail("tensor '{}' is {}; expected [1], [{}, 1] or block scales [rows / b, cols / b]", scales.name,
-           shape_text(scales.shape), rows);
-    }
-    block_rows = (rows + scales.shape[0] - 1) / scales.shape[0];
-    block_cols = (cols + scales.shape[1] - 1) / scales.shape[1];
-    if ((rows + block_rows - 1) / block_rows != scales.shape[0] || (cols + block_cols - 1) / block_cols != scales.shape[1]) {
-      fail("tensor '{}' is {}, which does not tile a {} x {} weight", scales.name, shape_text(scales.shape), rows, cols);
-    }
-  }
-  const int64_t scale_cols = scales.num_elements() == 1 ? 1 : scales.shape[1];
-  auto scale = [&](int64_t r, int64_t c) {
-    return scales.num_elements() == 1 ? float_at(scales, 0) : float_at(scales, (r / block_rows) * scale_cols + c / block_cols);
-  };
-  if (block_cols != cols) {
+  const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
+  auto scale = [&](int64_t r, int64_t c) { return float_at(scales, (r / block_rows) * scale_cols + c / block_cols); };
+  if (scale_cols != 1) {  // scales vary along a row: no per-row format holds it
     return f32_tensor(name, rows, cols, row_order, [&](int64_t r, int64_t c) { return scale(r, c) * e4m3_to_float(w.data[r * cols + c]); },
                       fmt::format("{} x {}: FP8 with block scales along the row", rows, cols));
   }
@@ -412,15 +413,28 @@ int bits_of(const json& j, const char* key, const std::string& path) {
   if (!j.contains(key) || !j[key].is_number_integer()) fail("{}: quantization_config has no integer '{}'", path, key);
   return j[key].get<int>();
 }
-int64_t group_size_of(const json& j, const char* key) {
+// A setting that may be missing or null (both mean the default); any other type is an error.
+std::string str_or(const std::string& path, const json& j, const char* key, const std::string& fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_string()) fail("{}: quantization_config key '{}' must be a string", path, key);
+  return j[key].get<std::string>();
+}
+bool bool_or(const std::string& path, const json& j, const char* key, bool fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_boolean()) fail("{}: quantization_config key '{}' must be true or false", path, key);
+  return j[key].get<bool>();
+}
+
+int64_t group_size_of(const std::string& path, const json& j, const char* key) {
   if (!j.contains(key) || j[key].is_null()) return 0;
+  if (!j[key].is_number_integer()) fail("{}: quantization_config key '{}' must be an integer", path, key);
   const int64_t g = j[key].get<int64_t>();
   return g > 0 ? g : 0;  // -1: per output channel
 }
 
 HfQuantization parse_compressed_tensors(const json& qc, const std::string& path) {
   HfQuantization q;
-  const std::string format = qc.value("format", "");
+  const std::string format = str_or(path, qc, "format", "");
   if (format == "pack-quantized") {
     q.method = HfQuantization::Method::PackedInt;
   } else if (format == "float-quantized" || format == "naive-quantized") {
@@ -443,15 +457,16 @@ HfQuantization parse_compressed_tensors(const json& qc, const std::string& path)
   }
   const json& w = *weights;
   q.bits = bits_of(w, "num_bits", path);
-  q.symmetric = w.value("symmetric", true);
-  const std::string type = w.value("type", "int");
-  const std::string strategy = w.value("strategy", "tensor");
+  q.symmetric = bool_or(path, w, "symmetric", true);
+  const std::string type = str_or(path, w, "type", "int");
+  const std::string strategy = str_or(path, w, "strategy", "tensor");
+  q.strategy = strategy;
   if (q.method == HfQuantization::Method::PackedInt) {
     if (type != "int" || (q.bits != 4 && q.bits != 8)) {
       fail("{}: pack-quantized {} {}-bit weights are not supported (int 4 or 8 bits)", path, type, q.bits);
     }
     if (strategy == "group") {
-      q.group_size = group_size_of(w, "group_size");
+      q.group_size = group_size_of(path, w, "group_size");
       if (q.group_size == 0) fail("{}: group strategy without a group_size", path);
     } else if (strategy != "channel" && strategy != "tensor") {
       fail("{}: pack-quantized strategy '{}' is not supported (group, channel, tensor)", path, strategy);
@@ -461,6 +476,16 @@ HfQuantization parse_compressed_tensors(const json& qc, const std::string& path)
                                 q.symmetric ? "symmetric" : "zero points");
   } else {
     if (type != "float" || q.bits != 8) fail("{}: float-quantized {} {}-bit weights are not supported (FP8 E4M3)", path, type, q.bits);
+    if (strategy == "block") {
+      const json& b = w.contains("block_structure") ? w["block_structure"] : json();
+      if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+          b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0) {
+        fail("{}: FP8 block strategy needs block_structure [rows, cols] (positive integers)", path);
+      }
+      q.block_rows = b[0].get<int64_t>(), q.block_cols = b[1].get<int64_t>();
+    } else if (strategy != "channel" && strategy != "tensor") {
+      fail("{}: float-quantized strategy '{}' is not supported (tensor, channel, block)", path, strategy);
+    }
     q.description = fmt::format("compressed-tensors FP8 E4M3 per {}", strategy);
   }
   return q;
@@ -487,7 +512,7 @@ HfQuantization parse_hf_quantization(const json& config, const std::string& fold
   } else {
     return {};
   }
-  const std::string method = qc.value("quant_method", "");
+  const std::string method = str_or(path, qc, "quant_method", "");
   HfQuantization q;
   if (method == "gptq") {
     q.method = HfQuantization::Method::Gptq;
@@ -495,24 +520,24 @@ HfQuantization parse_hf_quantization(const json& config, const std::string& fold
     if (q.bits != 2 && q.bits != 4 && q.bits != 8) {
       fail("{}: GPTQ {}-bit is not supported (2, 4 or 8 bits; 3-bit packs values across words)", path, q.bits);
     }
-    q.group_size = group_size_of(qc, "group_size");
-    q.symmetric = qc.value("sym", true);
-    const std::string format = qc.value("checkpoint_format", qc.value("format", "gptq"));
+    q.group_size = group_size_of(path, qc, "group_size");
+    q.symmetric = bool_or(path, qc, "sym", true);
+    const std::string format = str_or(path, qc, "checkpoint_format", str_or(path, qc, "format", "gptq"));
     if (format != "gptq" && format != "gptq_v2") {
       fail("{}: GPTQ checkpoint_format '{}' is not supported (gptq, gptq_v2)", path, format);
     }
     q.gptq_v1_zeros = format == "gptq";
     q.description = fmt::format("GPTQ {}-bit, {}{}, {} zeros", q.bits,
                                 q.group_size > 0 ? fmt::format("groups of {}", q.group_size) : "per channel",
-                                qc.value("desc_act", false) ? ", act-order" : "", q.gptq_v1_zeros ? "v1" : "v2");
+                                bool_or(path, qc, "desc_act", false) ? ", act-order" : "", q.gptq_v1_zeros ? "v1" : "v2");
   } else if (method == "awq") {
     q.method = HfQuantization::Method::Awq;
     q.bits = qc.contains("bits") ? bits_of(qc, "bits", path) : bits_of(qc, "w_bit", path);
-    q.group_size = group_size_of(qc, qc.contains("group_size") ? "group_size" : "q_group_size");
-    const std::string version = qc.value("version", "gemm");
+    q.group_size = group_size_of(path, qc, qc.contains("group_size") ? "group_size" : "q_group_size");
+    const std::string version = str_or(path, qc, "version", "gemm");
     if (q.bits != 4) fail("{}: AWQ {}-bit is not supported (4 bits)", path, q.bits);
     if (version != "gemm" && version != "GEMM") fail("{}: AWQ version '{}' is not supported (gemm)", path, version);
-    if (!qc.value("zero_point", true)) fail("{}: AWQ without zero points is not supported", path);
+    if (!bool_or(path, qc, "zero_point", true)) fail("{}: AWQ without zero points is not supported", path);
     q.symmetric = false;
     q.description = fmt::format("AWQ GEMM 4-bit, groups of {}", q.group_size);
   } else if (method == "compressed-tensors") {
@@ -537,7 +562,7 @@ std::optional<QuantizedLinear> load_quantized_linear(const safetensors::Safetens
       case Method::Gptq: return encode(read_gptq(ts, q, rows, cols), gguf_name, row_order);
       case Method::Awq: return encode(read_awq(ts, q, rows, cols), gguf_name, row_order);
       case Method::PackedInt: return encode(read_packed(ts, q, rows, cols), gguf_name, row_order);
-      case Method::Fp8: return read_fp8(ts, gguf_name, rows, cols, row_order);
+      case Method::Fp8: return read_fp8(ts, q, gguf_name, rows, cols, row_order);
       case Method::None: break;
     }
   } catch (const Error& e) {

@@ -37,6 +37,8 @@ struct HfQuantization {
   int64_t group_size = 0;      // 0: one group per row (per output channel)
   bool symmetric = true;
   bool gptq_v1_zeros = false;  // GPTQ "gptq" checkpoint format: stored zero = z - 1
+  std::string strategy;        // compressed-tensors: "group", "channel", "tensor" or "block"
+  int64_t block_rows = 0, block_cols = 0;  // compressed-tensors FP8 "block": block_structure
   std::string description;     // e.g. "GPTQ 4-bit, groups of 128, v1 zeros"
 };
 

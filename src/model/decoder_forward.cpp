@@ -114,6 +114,10 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
         }
       }
     }
+    if (weights_.output.input_order != nullptr) {
+      fail("{}: calibration (imatrix, GPTQ, AWQ) does not support act-order matrices (input_order) yet: output.weight",
+           file_->name());
+    }
   }
   const ModelShard& sh = shard_;
   const RankSlice& me = sh.mine();

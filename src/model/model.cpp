@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cstring>
 #include <iterator>
 #include <numeric>
 
@@ -182,6 +183,15 @@ const int32_t* Model::input_order(const std::string& matrix_name, int64_t cols) 
     fail("{}: tensor '{}' must be I32 of shape [{}] (a permutation of the matrix's columns)", file_->name(), name, cols);
   }
   const auto* order = reinterpret_cast<const int32_t*>(t->data);
+  // Matrices reading one input (Q, K, V; gate, up) usually share a permutation (GPTQ orders by the
+  // same Hessian): one pointer for equal orders lets the backend gather and convert the input once.
+  for (const gguf::TensorInfo& other : file_->tensors()) {
+    if (&other == t) break;
+    if (other.type == DType::I32 && other.dims == t->dims && other.name.ends_with(".input_order") &&
+        std::memcmp(other.data, t->data, size_t(cols) * 4) == 0) {
+      return input_order(other.name.substr(0, other.name.size() - 12), cols);
+    }
+  }
   std::vector<bool> seen(size_t(cols), false);
   for (int64_t c = 0; c < cols; ++c) {
     if (order[c] < 0 || order[c] >= cols || seen[size_t(order[c])]) {
@@ -437,10 +447,13 @@ WeightView Model::replace_matrix(const std::string& name, const WeightView& w) {
          w.cols, target->rows, target->cols);
   }
   if (quant::find_format(w.type) == nullptr) fail("replacement for '{}': type {} has no kernels", name, dtype_name(w.type));
+  if (w.input_order != target->input_order) {
+    // Columns in another order would multiply the wrong inputs (act-order checkpoints).
+    fail("{}: replacement for '{}' reads its input in a different column order (act-order matrices "
+         "cannot be replaced one by one)", file_->name(), name);
+  }
   const WeightView old = *target;
   *target = w;
-  // A replacement made from the matrix's own columns keeps reading the input in their order.
-  if (target->input_order == nullptr) target->input_order = old.input_order;
   if (target == &weights_.token_embd && weights_.tied_output) weights_.output = w;
   return old;
 }

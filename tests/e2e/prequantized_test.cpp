@@ -269,27 +269,31 @@ TEST(PrequantizedErrors, CalibrationOnAnActOrderModelIsRefused) {
   // imatrix / GPTQ / AWQ observe a matrix's input in the model's order; an act-order matrix's
   // columns are permuted, so the statistics would be misplaced: refused, naming the matrix.
   const auto model = Model::load(fixture_dir("gptq_g32_actorder"));
-  RunnerConfig rc;
-  rc.kv = model->kv_spec(DType::F32, DType::F32, 16);
-  rc.group_blocks = {1};
-  ModelRunner runner(*model, rc);
-  struct Counting : ActivationObserver {
+  struct Ignoring : ActivationObserver {
     void observe(int64_t, LinearKind, const float*, int64_t, int64_t) override {}
   } observer;
-  runner.set_activation_observer(&observer);
-  const std::vector<TokenId> tokens = {1, 2, 3};
-  const std::vector<BlockId> table = {0};
-  SequenceChunk chunk;
-  chunk.tokens = tokens;
-  chunk.block_tables = {std::span<const BlockId>(table)};
-  chunk.logits_from = 2;
   try {
-    runner.execute(std::span<const SequenceChunk>(&chunk, 1));
+    test::run_observed_chunk(*model, observer);
     FAIL() << "an observer ran over act-order matrices";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("act-order matrices (input_order) yet: blk.0.attn_q.weight"), std::string::npos)
         << e.what();
   }
+}
+
+TEST(PrequantizedErrors, NullSettingsMeanTheDefaultAndWrongTypesAreNamed) {
+  // Uploads in the wild carry "desc_act": null and the like.
+  const std::string dir = broken_copy("gptq_g128_sym", "null");
+  json config = json::parse(test::read_file(dir + "/config.json"));
+  config["quantization_config"]["desc_act"] = nullptr;
+  config["quantization_config"]["checkpoint_format"] = nullptr;
+  std::ofstream(dir + "/config.json") << config.dump();
+  EXPECT_EQ(load_error(dir), "(loaded)");
+  config["quantization_config"]["sym"] = "yes";
+  std::ofstream(dir + "/config.json") << config.dump();
+  const std::string message = load_error(dir);
+  EXPECT_NE(message.find("quantization_config key 'sym' must be true or false"), std::string::npos) << message;
+  EXPECT_NE(message.find(dir), std::string::npos) << message;
 }
 
 TEST(PrequantizedErrors, GptqThreeBitIsRefusedByName) {

@@ -289,20 +289,9 @@ class CountingObserver : public ActivationObserver {
 
 TEST(MoeModel, CalibrationRefusesMoeLayers) {
   const auto model = Model::load(write_moe_model("observer", {}));
-  RunnerConfig rc;
-  rc.kv = model->kv_spec(DType::F32, DType::F32, 16);
-  rc.group_blocks = {1};
-  ModelRunner runner(*model, rc);
   CountingObserver observer;
-  runner.set_activation_observer(&observer);
-  const std::vector<TokenId> tokens = {1, 2, 3};
-  const std::vector<BlockId> table = {0};
-  SequenceChunk chunk;
-  chunk.tokens = tokens;
-  chunk.block_tables = {std::span<const BlockId>(table)};
-  chunk.logits_from = 2;
   try {
-    runner.execute(std::span<const SequenceChunk>(&chunk, 1));
+    test::run_observed_chunk(*model, observer);
     FAIL() << "an observer ran over MoE layers";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("Mixture-of-Experts"), std::string::npos) << e.what();

@@ -167,8 +167,7 @@ std::map<std::string, EncodedTensor> awq_tensors(const QuantizeOptions& o, const
   std::map<std::string, DType> targets;
   const std::vector<QuantChoice> plan = requantize_plan(model->file(), recipe);
   for (int64_t il = 0; il < model->config().n_layer; ++il) {
-    for (LinearKind k : {LinearKind::AttnQ, LinearKind::AttnK, LinearKind::AttnV, LinearKind::AttnOutput,
-                         LinearKind::FfnGate, LinearKind::FfnUp, LinearKind::FfnDown}) {
+    for (LinearKind k : kLayerLinearKinds) {
       targets[linear_tensor_name(il, k)] = DType::F32;  // the plan's type, below
     }
   }

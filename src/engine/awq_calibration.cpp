@@ -210,8 +210,7 @@ std::map<std::string, EncodedTensor> awq_quantize_model(const Model& model, std:
     fail("AWQ: {} query heads do not share {} kv heads evenly", c.n_head, c.n_head_kv);
   }
   for (int64_t il = 0; il < c.n_layer; ++il) {
-    for (LinearKind k : {LinearKind::AttnQ, LinearKind::AttnK, LinearKind::AttnV, LinearKind::AttnOutput,
-                         LinearKind::FfnGate, LinearKind::FfnUp, LinearKind::FfnDown}) {
+    for (LinearKind k : kLayerLinearKinds) {
       const std::string name = linear_tensor_name(il, k);
       if (targets.count(name) == 0) fail("AWQ: no type given for '{}' (AWQ re-encodes every layer matrix)", name);
     }

@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/half.h"
 #include "loader/hf_quantized.h"
 #include "loader/safetensors.h"
 
@@ -105,6 +104,20 @@ std::vector<float> llama3_rope_divisors(const json& scaling, double base, int64_
   return divisors;
 }
 
+// GGUF's Q/K row order for `heads` heads of head_dim rows: row 2i + half of a head is HF's row
+// i + half * head_dim / 2 (HF pairs RoPE dimensions as (first half, second half), GGUF interleaves).
+std::vector<int64_t> qk_row_order(int64_t heads, int64_t head_dim) {
+  std::vector<int64_t> order(size_t(heads * head_dim));
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < head_dim / 2; ++i) {
+      for (int half = 0; half < 2; ++half) {
+        order[size_t(h * head_dim + 2 * i + half)] = h * head_dim + i + half * (head_dim / 2);
+      }
+    }
+  }
+  return order;
+}
+
 // A tensor in GGUF conventions: dims innermost first; data either in place or owned.
 struct Built {
   gguf::TensorInfo info;
@@ -125,17 +138,7 @@ class TensorBuilder {
   void linear(const std::string& hf_module, const std::string& gguf_name, int64_t rows, int64_t cols,
               std::vector<Built>& out, std::vector<std::string>& fallbacks, int64_t qk_heads = 0,
               int64_t head_dim = 0) const {
-    std::vector<int64_t> row_order;
-    if (qk_heads > 0) {
-      row_order.resize(size_t(rows));
-      for (int64_t h = 0; h < qk_heads; ++h) {
-        for (int64_t i = 0; i < head_dim / 2; ++i) {
-          for (int half = 0; half < 2; ++half) {
-            row_order[size_t(h * head_dim + 2 * i + half)] = h * head_dim + i + half * (head_dim / 2);
-          }
-        }
-      }
-    }
+    const std::vector<int64_t> row_order = qk_heads > 0 ? qk_row_order(qk_heads, head_dim) : std::vector<int64_t>();
     std::optional<QuantizedLinear> q =
         load_quantized_linear(st_, quantization_, prefix_ + hf_module, gguf_name, rows, cols, row_order, folder_);
     if (!q) {
@@ -196,14 +199,9 @@ class TensorBuilder {
     if (!type) fail("{}: tensor '{}' has dtype {}; expected F32, F16 or BF16", folder_, t.name, t.dtype);
     const size_t row_bytes = t.num_bytes / size_t(heads * head_dim);
     auto owned = std::make_shared<std::vector<uint8_t>>(t.num_bytes);
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t i = 0; i < head_dim / 2; ++i) {
-        for (int half = 0; half < 2; ++half) {
-          const int64_t src = h * head_dim + i + half * (head_dim / 2);
-          const int64_t dst = h * head_dim + 2 * i + half;
-          std::memcpy(owned->data() + size_t(dst) * row_bytes, t.data + size_t(src) * row_bytes, row_bytes);
-        }
-      }
+    const std::vector<int64_t> order = qk_row_order(heads, head_dim);
+    for (size_t dst = 0; dst < order.size(); ++dst) {
+      std::memcpy(owned->data() + dst * row_bytes, t.data + size_t(order[dst]) * row_bytes, row_bytes);
     }
     Built b;
     b.info.name = gguf_name;
@@ -236,18 +234,9 @@ class TensorBuilder {
     }
   }
   std::vector<float> floats(const safetensors::Tensor& t) const {
+    if (!t.float_type()) fail("{}: tensor '{}' has dtype {}; expected F32, F16 or BF16", folder_, t.name, t.dtype);
     std::vector<float> out(static_cast<size_t>(t.num_elements()));
-    if (t.dtype == "F32") {
-      std::memcpy(out.data(), t.data, t.num_bytes);
-    } else if (t.dtype == "F16" || t.dtype == "BF16") {
-      for (size_t i = 0; i < out.size(); ++i) {
-        uint16_t h;
-        std::memcpy(&h, t.data + 2 * i, 2);
-        out[i] = t.dtype == "F16" ? fp16_to_float(h) : bf16_to_float(h);
-      }
-    } else {
-      fail("{}: tensor '{}' has dtype {}; expected F32, F16 or BF16", folder_, t.name, t.dtype);
-    }
+    for (size_t i = 0; i < out.size(); ++i) out[i] = t.float_at(int64_t(i));
     return out;
   }
 
@@ -363,9 +352,7 @@ std::unique_ptr<gguf::GgufFile> load_hf_folder(const std::string& folder) {
   const bool tied = raw.value("tie_word_embeddings", gemma);
   const std::string lm_head = hf_arch == "Gemma3ForConditionalGeneration" ? "language_model.lm_head.weight" : "lm_head.weight";
   const std::string lm_head_module = lm_head.substr(0, lm_head.size() - 7);
-  const bool head_quantized = st->find(lm_head_module + ".qweight") != nullptr ||
-                              st->find(lm_head_module + ".weight_packed") != nullptr;
-  if (!tied && (st->find(lm_head) != nullptr || head_quantized)) {
+  if (!tied && (st->find(lm_head) != nullptr || stores_quantized(*st, quantization, lm_head_module))) {
     TensorBuilder root(*st, folder, "", quantization);
     root.linear(lm_head_module, "output.weight", n_vocab, n_embd, built, fallbacks);
   }

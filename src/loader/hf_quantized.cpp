@@ -1,7 +1,6 @@
 #include "loader/hf_quantized.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +11,8 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "quant/blocks.h"
+#include "quant/fp8.h"
 
 namespace kestrel {
 namespace {
@@ -71,29 +72,11 @@ int64_t int_at(const safetensors::Tensor& t, int64_t i) {
   }
   return i32_at(t, i);
 }
-float float_at(const safetensors::Tensor& t, int64_t i) {
-  if (t.dtype == "F32") {
-    float v;
-    std::memcpy(&v, t.data + 4 * i, 4);
-    return v;
-  }
-  uint16_t h;
-  std::memcpy(&h, t.data + 2 * i, 2);
-  return t.dtype == "F16" ? fp16_to_float(h) : bf16_to_float(h);
-}
 
-// OCP E4M3 (float8_e4m3fn): bias 7, no infinities, S.1111.111 is NaN.
-float e4m3_to_float(uint8_t code) {
-  const int exponent = (code >> 3) & 15, mantissa = code & 7;
-  float v;
-  if (exponent == 15 && mantissa == 7) {
-    v = std::nanf("");
-  } else if (exponent == 0) {
-    v = std::ldexp(float(mantissa), -9);
-  } else {
-    v = std::ldexp(float(8 + mantissa), exponent - 10);
-  }
-  return (code & 0x80) != 0 ? -v : v;
+// Field `slot` (bits wide, from bit bits * slot) of int32 word `index` of a packed I32 tensor:
+// GPTQ, AWQ and compressed-tensors all pack sub-byte values this way within a word.
+int32_t packed_field(const safetensors::Tensor& t, int64_t index, int64_t slot, int bits) {
+  return int32_t((uint32_t(i32_at(t, index)) >> (bits * slot)) & ((uint32_t(1) << bits) - 1));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -137,7 +120,7 @@ std::vector<int32_t> read_g_idx(const Tensors& ts, const char* name, int64_t col
 // along the output channels; scales [groups][rows]; g_idx [cols].
 Codes read_gptq(const Tensors& ts, const HfQuantization& q, int64_t rows, int64_t cols) {
   Codes k(rows, cols, q.bits);
-  const int64_t per_word = 32 / q.bits, mask = (int64_t(1) << q.bits) - 1;
+  const int64_t per_word = 32 / q.bits;
   if (cols % per_word != 0 || rows % per_word != 0) {
     fail("{} layer {} is {} x {}; {} packs {} values per int32, so both must be multiples of it", ts.what(),
          ts.module(), rows, cols, ts.what(), per_word);
@@ -149,21 +132,21 @@ Codes read_gptq(const Tensors& ts, const HfQuantization& q, int64_t rows, int64_
   const auto& scales = ts.need("scales", expected, {"F16", "BF16", "F32"}, {k.groups, rows});
   k.g_idx = read_g_idx(ts, "g_idx", cols, q.group_size, k.groups);
   k.q.resize(size_t(rows * cols));
-  for (int64_t i = 0; i < cols / per_word; ++i) {
+  for (int64_t i = 0; i < cols / per_word; ++i) {  // qweight in storage order
     for (int64_t r = 0; r < rows; ++r) {
-      const uint32_t word = uint32_t(i32_at(qweight, i * rows + r));
-      for (int64_t j = 0; j < per_word; ++j) k.q[size_t(r * cols + i * per_word + j)] = uint8_t((word >> (q.bits * j)) & mask);
+      for (int64_t j = 0; j < per_word; ++j) {
+        k.q[size_t(r * cols + i * per_word + j)] = uint8_t(packed_field(qweight, i * rows + r, j, q.bits));
+      }
     }
   }
   k.scale.resize(size_t(rows * k.groups));
   k.zero.resize(size_t(rows * k.groups));
   for (int64_t g = 0; g < k.groups; ++g) {
     for (int64_t r = 0; r < rows; ++r) {
-      const uint32_t word = uint32_t(i32_at(qzeros, g * (rows / per_word) + r / per_word));
       // v1 stores z - 1; AutoGPTQ's kernels add the 1 back after masking (a stored 2^bits - 1 is 2^bits).
-      const int32_t stored = int32_t((word >> (q.bits * (r % per_word))) & mask);
+      const int32_t stored = packed_field(qzeros, g * (rows / per_word) + r / per_word, r % per_word, q.bits);
       k.zero[size_t(r * k.groups + g)] = stored + (q.gptq_v1_zeros ? 1 : 0);
-      k.scale[size_t(r * k.groups + g)] = float_at(scales, g * rows + r);
+      k.scale[size_t(r * k.groups + g)] = scales.float_at(g * rows + r);
     }
   }
   return k;
@@ -182,8 +165,7 @@ Codes read_awq(const Tensors& ts, const HfQuantization& q, int64_t rows, int64_t
   const auto& scales = ts.need("scales", expected, {"F16", "BF16", "F32"}, {k.groups, rows});
   k.g_idx = read_g_idx(ts, "g_idx", cols, q.group_size, k.groups);  // AWQ has none: column / group
   auto nibble = [&](const safetensors::Tensor& t, int64_t row_of_t, int64_t r) {
-    const uint32_t word = uint32_t(i32_at(t, row_of_t * (rows / 8) + r / 8));
-    return int32_t((word >> (4 * kNibbleOf[r % 8])) & 15);
+    return packed_field(t, row_of_t * (rows / 8) + r / 8, kNibbleOf[r % 8], 4);
   };
   k.q.resize(size_t(rows * cols));
   for (int64_t c = 0; c < cols; ++c) {
@@ -194,7 +176,7 @@ Codes read_awq(const Tensors& ts, const HfQuantization& q, int64_t rows, int64_t
   for (int64_t g = 0; g < k.groups; ++g) {
     for (int64_t r = 0; r < rows; ++r) {
       k.zero[size_t(r * k.groups + g)] = nibble(qzeros, g, r);
-      k.scale[size_t(r * k.groups + g)] = float_at(scales, g * rows + r);
+      k.scale[size_t(r * k.groups + g)] = scales.float_at(g * rows + r);
     }
   }
   return k;
@@ -206,7 +188,7 @@ Codes read_awq(const Tensors& ts, const HfQuantization& q, int64_t rows, int64_t
 // weight_g_idx [cols] for act-order; weight_shape = {rows, cols}.
 Codes read_packed(const Tensors& ts, const HfQuantization& q, int64_t rows, int64_t cols) {
   Codes k(rows, cols, q.bits);
-  const int64_t per_word = 32 / q.bits, mask = (int64_t(1) << q.bits) - 1, offset = int64_t(1) << (q.bits - 1);
+  const int64_t per_word = 32 / q.bits, offset = int64_t(1) << (q.bits - 1);
   const char* expected = q.symmetric ? "weight_packed, weight_scale, weight_shape"
                                      : "weight_packed, weight_scale, weight_zero_point, weight_shape";
   const auto& packed = ts.need("weight_packed", expected, {"I32"}, {rows, (cols + per_word - 1) / per_word});
@@ -230,19 +212,17 @@ Codes read_packed(const Tensors& ts, const HfQuantization& q, int64_t rows, int6
   const int64_t words = packed.shape[1];
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
-      const uint32_t word = uint32_t(i32_at(packed, r * words + c / per_word));
-      k.q[size_t(r * cols + c)] = uint8_t((word >> (q.bits * (c % per_word))) & mask);
+      k.q[size_t(r * cols + c)] = uint8_t(packed_field(packed, r * words + c / per_word, c % per_word, q.bits));
     }
   }
   k.scale.resize(size_t(rows * k.groups));
   k.zero.assign(size_t(rows * k.groups), int32_t(offset));
-  for (int64_t i = 0; i < rows * k.groups; ++i) k.scale[size_t(i)] = float_at(scales, per_tensor ? 0 : i);
+  for (int64_t i = 0; i < rows * k.groups; ++i) k.scale[size_t(i)] = scales.float_at(per_tensor ? 0 : i);
   if (!q.symmetric) {
     const auto& zp = ts.need("weight_zero_point", expected, {"I32"}, {(rows + per_word - 1) / per_word, k.groups});
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t g = 0; g < k.groups; ++g) {
-        const uint32_t word = uint32_t(i32_at(zp, (r / per_word) * k.groups + g));
-        k.zero[size_t(r * k.groups + g)] = int32_t((word >> (q.bits * (r % per_word))) & mask);
+        k.zero[size_t(r * k.groups + g)] = packed_field(zp, (r / per_word) * k.groups + g, r % per_word, q.bits);
       }
     }
   }
@@ -278,17 +258,75 @@ QuantizedLinear f32_tensor(const std::string& name, int64_t rows, int64_t cols, 
   return t;
 }
 
+// Row r of the result is row row_order[r] of `k` (Llama's Q/K RoPE permutation); empty: as is.
+void reorder_rows(Codes& k, const std::vector<int64_t>& row_order) {
+  if (row_order.empty()) return;
+  auto permute = [&](auto& v, int64_t width) {
+    auto out = v;
+    for (int64_t r = 0; r < k.rows; ++r) {
+      std::copy_n(v.begin() + row_order[size_t(r)] * width, width, out.begin() + r * width);
+    }
+    v = std::move(out);
+  };
+  permute(k.q, k.cols);
+  permute(k.scale, k.groups);
+  permute(k.zero, k.groups);
+}
+
+// INT4_ZP_G{G} rows (quant/blocks.h) of `k`, columns in `order`; false if a group's scale or zero
+// does not fit the scale word (quant::zp_pack).
+template <int G>
+bool pack_int4_zp(const Codes& k, const std::vector<int32_t>& order, std::vector<uint8_t>& bytes) {
+  const int64_t blocks = k.cols / G;
+  bytes.assign(size_t(k.rows * blocks) * sizeof(quant::BlockInt4Zp<G>), 0);
+  auto* out = reinterpret_cast<quant::BlockInt4Zp<G>*>(bytes.data());
+  uint8_t levels[G];
+  for (int64_t r = 0; r < k.rows; ++r) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t g = k.g_idx[size_t(order[size_t(b * G)])];  // the block's group (blocks lie in one)
+      quant::BlockInt4Zp<G>& block = out[r * blocks + b];
+      if (!quant::zp_pack(k.scale[size_t(r * k.groups + g)], k.zero[size_t(r * k.groups + g)], &block.scale_zero)) {
+        return false;
+      }
+      for (int i = 0; i < G; ++i) levels[i] = k.q[size_t(r * k.cols + order[size_t(b * G + i)])];
+      quant::pack_group_levels<G, 4>(levels, block.qs);
+    }
+  }
+  return true;
+}
+
+// Q8_0 rows of symmetric 8-bit codes (z = 128, q - 128 as int8, d = the scale); false unless every
+// zero is 128 and every scale an F16 value.
+bool pack_q8_0(const Codes& k, const std::vector<int32_t>& order, std::vector<uint8_t>& bytes) {
+  const int64_t blocks = k.cols / quant::kQ8_0BlockSize;
+  bytes.assign(size_t(k.rows * blocks) * sizeof(quant::BlockQ8_0), 0);
+  auto* out = reinterpret_cast<quant::BlockQ8_0*>(bytes.data());
+  for (int64_t r = 0; r < k.rows; ++r) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t first = b * quant::kQ8_0BlockSize;
+      const int64_t g = k.g_idx[size_t(order[size_t(first)])];
+      const float s = k.scale[size_t(r * k.groups + g)];
+      quant::BlockQ8_0& block = out[r * blocks + b];
+      block.d = float_to_fp16(s);
+      if (k.zero[size_t(r * k.groups + g)] != 128 || fp16_to_float(block.d) != s) return false;
+      for (int i = 0; i < quant::kQ8_0BlockSize; ++i) {
+        block.qs[i] = int8_t(int32_t(k.q[size_t(r * k.cols + order[size_t(first + i)])]) - 128);
+      }
+    }
+  }
+  return true;
+}
+
 // The Kestrel encoding of `k`: columns sorted by group if g_idx is not already in order, then
-// INT4_ZP / Q8_0 blocks of the largest size whose every block lies in one group.
-QuantizedLinear encode(const Codes& k, const std::string& name, const std::vector<int64_t>& row_order) {
+// INT4_ZP / Q8_0 blocks of the largest size whose every block lies in one group; F32 (exact) when
+// no format holds the codes.
+QuantizedLinear encode(Codes k, const std::string& name, const std::vector<int64_t>& row_order) {
+  reorder_rows(k, row_order);
   // order[c'] = the checkpoint column at position c' (stable sort by group: identity when in order).
   std::vector<int32_t> order(static_cast<size_t>(k.cols));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return k.g_idx[size_t(a)] < k.g_idx[size_t(b)]; });
-  bool permuted = false;
-  for (int64_t c = 0; c < k.cols; ++c) permuted |= order[size_t(c)] != int32_t(c);
   auto group_at = [&](int64_t c) { return k.g_idx[size_t(order[size_t(c)])]; };
-  auto exact = [&](int64_t r, int64_t c) { return k.value(r, c); };
   int64_t block = 0;
   for (int64_t b : {128, 64, 32}) {
     if (k.cols % b != 0) continue;
@@ -300,66 +338,29 @@ QuantizedLinear encode(const Codes& k, const std::string& name, const std::vecto
     }
   }
   const std::string shape = fmt::format("{} x {}", k.rows, k.cols);
-  if (block == 0) {
-    return f32_tensor(name, k.rows, k.cols, row_order, exact,
-                      fmt::format("{}: its groups do not fall on blocks of 32 columns", shape));
-  }
-  const int64_t blocks = k.cols / block;
-  auto scale_of = [&](int64_t r, int64_t b) { return k.scale[size_t(r * k.groups + group_at(b * block))]; };
-  auto zero_of = [&](int64_t r, int64_t b) { return k.zero[size_t(r * k.groups + group_at(b * block))]; };
-  auto level = [&](int64_t r, int64_t c) { return k.q[size_t(r * k.cols + order[size_t(c)])]; };
+  auto as_f32 = [&](const std::string& why) {
+    return f32_tensor(name, k.rows, k.cols, {}, [&](int64_t r, int64_t c) { return k.value(r, c); },
+                      fmt::format("{}: {}", shape, why));
+  };
+  if (block == 0) return as_f32("its groups do not fall on blocks of 32 columns");
   std::vector<uint8_t> bytes;
   DType type;
   if (k.bits <= 4) {
-    // INT4_ZP_G{block}: per block the scale's F32 bits | zero, then nibbles (value i in byte
-    // i % (block / 2), low nibble for the first half) - core/dtype.h.
     type = block == 128 ? DType::INT4_ZP_G128 : block == 64 ? DType::INT4_ZP_G64 : DType::INT4_ZP_G32;
-    const int64_t block_bytes = 4 + block / 2;
-    bytes.assign(size_t(k.rows * blocks * block_bytes), 0);
-    for (int64_t r = 0; r < k.rows; ++r) {
-      const int64_t src = row_order.empty() ? r : row_order[size_t(r)];
-      for (int64_t b = 0; b < blocks; ++b) {
-        uint8_t* p = bytes.data() + (r * blocks + b) * block_bytes;
-        const uint32_t bits = float_to_bits(scale_of(src, b));
-        const int32_t z = zero_of(src, b);
-        if ((bits & 0xffu) != 0 || z < 0 || z > 255) {
-          return f32_tensor(name, k.rows, k.cols, row_order, exact,
-                            fmt::format("{}: a scale with more than 16 significant bits", shape));
-        }
-        const uint32_t word = bits | uint32_t(z);
-        std::memcpy(p, &word, 4);
-        for (int64_t i = 0; i < block; ++i) {
-          p[4 + i % (block / 2)] |= uint8_t(level(src, b * block + i) << (i < block / 2 ? 0 : 4));
-        }
-      }
-    }
+    const bool packed = block == 128 ? pack_int4_zp<128>(k, order, bytes)
+                        : block == 64 ? pack_int4_zp<64>(k, order, bytes)
+                                      : pack_int4_zp<32>(k, order, bytes);
+    if (!packed) return as_f32("a scale with more than 16 significant bits");
   } else {
-    // Q8_0 (F16 d, 32 int8) holds symmetric 8-bit codes (z = 128) whose scales are F16 values.
-    if (block % 32 != 0) fail("internal: 8-bit blocks");
     type = DType::Q8_0;
-    const int64_t q8_blocks = k.cols / 32;
-    bytes.assign(size_t(k.rows * q8_blocks * 34), 0);
-    for (int64_t r = 0; r < k.rows; ++r) {
-      const int64_t src = row_order.empty() ? r : row_order[size_t(r)];
-      for (int64_t b = 0; b < q8_blocks; ++b) {
-        const float s = scale_of(src, b * 32 / block);
-        const uint16_t d = float_to_fp16(s);
-        if (zero_of(src, b * 32 / block) != 128 || fp16_to_float(d) != s) {
-          return f32_tensor(name, k.rows, k.cols, row_order, exact,
-                            fmt::format("{}: 8-bit with zero points or non-F16 scales", shape));
-        }
-        uint8_t* p = bytes.data() + (r * q8_blocks + b) * 34;
-        std::memcpy(p, &d, 2);
-        for (int64_t i = 0; i < 32; ++i) p[2 + i] = uint8_t(int8_t(int32_t(level(src, b * 32 + i)) - 128));
-      }
-    }
+    if (!pack_q8_0(k, order, bytes)) return as_f32("8-bit with zero points or non-F16 scales");
   }
   QuantizedLinear t = make_tensor(name, type, k.rows, k.cols, std::move(bytes));
-  if (permuted) {
+  if (!std::is_sorted(order.begin(), order.end())) {
     t.owned_order = std::make_shared<std::vector<uint8_t>>(size_t(k.cols) * 4);
     std::memcpy(t.owned_order->data(), order.data(), t.owned_order->size());
     gguf::TensorInfo info;
-    info.name = name.substr(0, name.size() - (name.ends_with(".weight") ? 7 : 0)) + ".input_order";
+    info.name = input_order_tensor_name(name);
     info.type = DType::I32;
     info.dims = {k.cols};
     info.data = t.owned_order->data();
@@ -390,9 +391,10 @@ QuantizedLinear read_fp8(const Tensors& ts, const HfQuantization& q, const std::
     ts.check(scales, {"F16", "BF16", "F32"}, {(rows + block_rows - 1) / block_rows, (cols + block_cols - 1) / block_cols});
   }
   const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
-  auto scale = [&](int64_t r, int64_t c) { return float_at(scales, (r / block_rows) * scale_cols + c / block_cols); };
+  auto scale = [&](int64_t r, int64_t c) { return scales.float_at((r / block_rows) * scale_cols + c / block_cols); };
   if (scale_cols != 1) {  // scales vary along a row: no per-row format holds it
-    return f32_tensor(name, rows, cols, row_order, [&](int64_t r, int64_t c) { return scale(r, c) * e4m3_to_float(w.data[r * cols + c]); },
+    return f32_tensor(name, rows, cols, row_order,
+                      [&](int64_t r, int64_t c) { return scale(r, c) * quant::kE4M3ToFloat[w.data[r * cols + c]]; },
                       fmt::format("{} x {}: FP8 with block scales along the row", rows, cols));
   }
   // FP8_E4M3_PC: per row an F32 scale, then the E4M3 bytes.
@@ -546,6 +548,24 @@ HfQuantization parse_hf_quantization(const json& config, const std::string& fold
     fail("{}: quant_method '{}' is not supported (gptq, awq, compressed-tensors)", path, method);
   }
   return q;
+}
+
+std::string input_order_tensor_name(const std::string& matrix_name) {
+  const bool weight = matrix_name.ends_with(".weight");
+  return matrix_name.substr(0, matrix_name.size() - (weight ? 7 : 0)) + ".input_order";
+}
+
+bool stores_quantized(const safetensors::SafetensorsModel& st, const HfQuantization& q, const std::string& module) {
+  using Method = HfQuantization::Method;
+  const safetensors::Tensor* weight = st.find(module + ".weight");
+  switch (q.method) {
+    case Method::Gptq:
+    case Method::Awq: return st.find(module + ".qweight") != nullptr;
+    case Method::PackedInt: return st.find(module + ".weight_packed") != nullptr;
+    case Method::Fp8: return weight != nullptr && !weight->float_type().has_value();
+    case Method::None: break;
+  }
+  return false;
 }
 
 std::optional<QuantizedLinear> load_quantized_linear(const safetensors::SafetensorsModel& st, const HfQuantization& q,

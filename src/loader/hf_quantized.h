@@ -55,6 +55,14 @@ struct QuantizedLinear {
   std::string fallback;                    // why the weight is F32, or empty
 };
 
+// The name of a matrix's column-order tensor: "blk.0.attn_q.weight" -> "blk.0.attn_q.input_order"
+// (I32 [cols]: column c of the matrix multiplies input input_order[c]).
+std::string input_order_tensor_name(const std::string& matrix_name);
+
+// Whether the checkpoint stores linear layer `module` quantized (its method's packed tensors, not
+// a float ".weight"): for layers that may be absent, such as an untied head.
+bool stores_quantized(const safetensors::SafetensorsModel& st, const HfQuantization& q, const std::string& module);
+
 // The linear layer `module` (an HF module path such as "model.layers.0.self_attn.q_proj") of shape
 // [rows][cols] as a Kestrel tensor named `gguf_name`, or nullopt when the checkpoint stores it
 // unquantized (its ".weight" is a float tensor). `row_order`, if not empty, reorders the output

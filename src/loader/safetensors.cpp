@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/half.h"
 
 namespace kestrel::safetensors {
 namespace {
@@ -39,6 +40,17 @@ std::optional<DType> Tensor::float_type() const {
   if (dtype == "F16") return DType::F16;
   if (dtype == "BF16") return DType::BF16;
   return std::nullopt;
+}
+
+float Tensor::float_at(int64_t i) const {
+  if (dtype == "F32") {
+    float v;
+    std::memcpy(&v, data + 4 * i, 4);
+    return v;
+  }
+  uint16_t h;
+  std::memcpy(&h, data + 2 * i, 2);
+  return dtype == "F16" ? fp16_to_float(h) : bf16_to_float(h);
 }
 
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {

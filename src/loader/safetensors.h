@@ -27,6 +27,8 @@ struct Tensor {
   int64_t num_elements() const;
   // The Kestrel/GGML dtype of a float tensor (F32, F16, BF16), or nullopt.
   std::optional<DType> float_type() const;
+  // Element i of a float tensor (F32, F16 or BF16; the caller checked float_type) as F32, exactly.
+  float float_at(int64_t i) const;
 };
 
 class SafetensorsFile {

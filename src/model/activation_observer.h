@@ -10,6 +10,10 @@ namespace kestrel {
 
 // The linear layers of a decoder layer, plus the output head (layer -1).
 enum class LinearKind { AttnQ, AttnK, AttnV, AttnOutput, FfnGate, FfnUp, FfnDown, Output };
+// A layer's seven matrices (every kind but the model's Output).
+inline constexpr LinearKind kLayerLinearKinds[] = {
+    LinearKind::AttnQ,   LinearKind::AttnK, LinearKind::AttnV,  LinearKind::AttnOutput,
+    LinearKind::FfnGate, LinearKind::FfnUp, LinearKind::FfnDown};
 
 // The GGUF (llama.cpp) name of the weight: "blk.3.attn_q.weight", "output.weight".
 std::string linear_tensor_name(int64_t layer, LinearKind kind);

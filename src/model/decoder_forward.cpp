@@ -102,23 +102,6 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
   if (T == 0) return;
   if (int64_t(kv.layers.size()) != c.n_layer) fail("internal: KV cache has the wrong layer count");
   if (int64_t(s.hidden.size()) != T * c.n_embd) fail("internal: the stage's input is not [T][n_embd]");
-  if (observer) {
-    // An observer sees each matrix's input in the model's order; an act-order matrix's columns are
-    // permuted (input_order), so its statistics would land on the wrong columns.
-    for (size_t il = 0; il < weights_.layers.size(); ++il) {
-      for (LinearKind k : {LinearKind::AttnQ, LinearKind::AttnK, LinearKind::AttnV, LinearKind::AttnOutput,
-                           LinearKind::FfnGate, LinearKind::FfnUp, LinearKind::FfnDown}) {
-        if (weights_.layers[il].matrix(k).input_order != nullptr) {
-          fail("{}: calibration (imatrix, GPTQ, AWQ) does not support act-order matrices (input_order) yet: {}",
-               file_->name(), linear_tensor_name(int64_t(il), k));
-        }
-      }
-    }
-    if (weights_.output.input_order != nullptr) {
-      fail("{}: calibration (imatrix, GPTQ, AWQ) does not support act-order matrices (input_order) yet: output.weight",
-           file_->name());
-    }
-  }
   const ModelShard& sh = shard_;
   const RankSlice& me = sh.mine();
   const int64_t n_head = me.n_head(), n_head_kv = me.n_head_kv(), n_ff = me.n_ff();

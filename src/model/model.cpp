@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "loader/hf_folder.h"
+#include "loader/hf_quantized.h"
 #include "quant/format.h"
 
 namespace kestrel {
@@ -175,29 +176,27 @@ WeightView Model::matrix_tensor(const std::string& name, int64_t rows, int64_t c
 // A matrix's optional column order: tensor NAME.input_order (NAME without ".weight"), I32 [cols],
 // a permutation of [0, cols) (hf_quantized.h writes it for GPTQ act-order checkpoints).
 const int32_t* Model::input_order(const std::string& matrix_name, int64_t cols) {
-  const std::string base = matrix_name.ends_with(".weight") ? matrix_name.substr(0, matrix_name.size() - 7) : matrix_name;
-  const std::string name = base + ".input_order";
+  const std::string name = input_order_tensor_name(matrix_name);
   const gguf::TensorInfo* t = file_->find_tensor(name);
   if (t == nullptr) return nullptr;
   if (t->type != DType::I32 || t->dims.size() != 1 || t->dims[0] != cols) {
     fail("{}: tensor '{}' must be I32 of shape [{}] (a permutation of the matrix's columns)", file_->name(), name, cols);
   }
   const auto* order = reinterpret_cast<const int32_t*>(t->data);
-  // Matrices reading one input (Q, K, V; gate, up) usually share a permutation (GPTQ orders by the
-  // same Hessian): one pointer for equal orders lets the backend gather and convert the input once.
-  for (const gguf::TensorInfo& other : file_->tensors()) {
-    if (&other == t) break;
-    if (other.type == DType::I32 && other.dims == t->dims && other.name.ends_with(".input_order") &&
-        std::memcmp(other.data, t->data, size_t(cols) * 4) == 0) {
-      return input_order(other.name.substr(0, other.name.size() - 12), cols);
-    }
-  }
   std::vector<bool> seen(size_t(cols), false);
   for (int64_t c = 0; c < cols; ++c) {
     if (order[c] < 0 || order[c] >= cols || seen[size_t(order[c])]) {
       fail("{}: tensor '{}' is not a permutation of [0, {}): entry {} is {}", file_->name(), name, cols, c, order[c]);
     }
     seen[size_t(order[c])] = true;
+  }
+  // Matrices reading one input (Q, K, V; gate, up) usually share a permutation (GPTQ orders by the
+  // same Hessian): one pointer for equal orders lets the backend gather and convert the input once.
+  for (const gguf::TensorInfo& other : file_->tensors()) {
+    if (&other == t) break;
+    if (other.type == DType::I32 && other.dims == t->dims && std::memcmp(other.data, t->data, size_t(cols) * 4) == 0) {
+      return reinterpret_cast<const int32_t*>(other.data);
+    }
   }
   return order;
 }
@@ -427,12 +426,20 @@ WeightView* Model::replaceable_matrix(const std::string& name) {
   if (name == "output.weight" && !weights_.tied_output) return &weights_.output;
   // Layer matrices by the same names the forward pass reports.
   for (size_t il = 0; il < weights_.layers.size(); ++il) {
-    for (LinearKind k : {LinearKind::AttnQ, LinearKind::AttnK, LinearKind::AttnV, LinearKind::AttnOutput,
-                         LinearKind::FfnGate, LinearKind::FfnUp, LinearKind::FfnDown}) {
+    for (LinearKind k : kLayerLinearKinds) {
       if (linear_tensor_name(int64_t(il), k) == name) return &weights_.layers[il].matrix(k);
     }
   }
   return nullptr;
+}
+
+std::string Model::input_ordered_matrix() const {
+  for (size_t il = 0; il < weights_.layers.size(); ++il) {
+    for (LinearKind k : kLayerLinearKinds) {
+      if (weights_.layers[il].matrix(k).input_order != nullptr) return linear_tensor_name(int64_t(il), k);
+    }
+  }
+  return weights_.output.input_order != nullptr ? "output.weight" : "";
 }
 
 bool Model::can_replace_matrix(const std::string& name) const {

@@ -126,6 +126,9 @@ class Model {
   // Whether replace_matrix knows the name (the embedding, an untied head, the layers' seven linear
   // matrices; not fused or expert tensors).
   bool can_replace_matrix(const std::string& name) const;
+  // The first matrix that reads its input in its own column order (an act-order checkpoint's
+  // input_order), or "" if none: calibration, which observes inputs in the model's order, refuses it.
+  std::string input_ordered_matrix() const;
 
  private:
   WeightView* replaceable_matrix(const std::string& name);

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace kestrel::quant {
 
@@ -323,6 +324,17 @@ inline float zp_scale(uint32_t scale_zero) {
   return s;
 }
 inline int zp_zero(uint32_t scale_zero) { return int(scale_zero & 0xffu); }
+// The group's scale and the asymmetric formats' min, m = -s z (exact): what the kernels use.
+inline std::pair<float, float> zp_scale_and_min(uint32_t scale_zero) {
+  const float s = zp_scale(scale_zero);
+  return {s, -s * float(zp_zero(scale_zero))};
+}
+// The same from a block in memory (its first 4 bytes).
+inline std::pair<float, float> zp_scale_and_min(const uint8_t* block) {
+  uint32_t word;
+  std::memcpy(&word, block, 4);
+  return zp_scale_and_min(word);
+}
 // Writes the word for scale s and zero z; false (nothing written) when s's low 8 bits are not
 // clear (an F32 scale with more than 16 significant bits) or z is outside [0, 255].
 inline bool zp_pack(float s, int z, uint32_t* scale_zero) {

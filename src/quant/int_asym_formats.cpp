@@ -29,8 +29,7 @@ using AsymBlock = std::conditional_t<Bits == 4, BlockInt4Asym<G>, BlockIntLowBit
 template <class Block>
 std::pair<float, float> scale_and_min(const Block& b) {
   if constexpr (requires { b.scale_zero; }) {
-    const float d = zp_scale(b.scale_zero);
-    return {d, -d * float(zp_zero(b.scale_zero))};
+    return zp_scale_and_min(b.scale_zero);
   } else {
     return {fp16_to_float(b.d), fp16_to_float(b.m)};
   }

@@ -145,6 +145,16 @@ std::span<float> ModelRunner::execute(std::span<const SequenceChunk> chunks) {
   return execute(batch);
 }
 
+void ModelRunner::set_activation_observer(ActivationObserver* observer) {
+  if (observer != nullptr) {
+    if (const std::string m = model_.input_ordered_matrix(); !m.empty()) {
+      fail("{}: calibration (imatrix, GPTQ, AWQ) does not support act-order matrices (input_order) yet: {}",
+           model_.file().name(), m);
+    }
+  }
+  observer_ = observer;
+}
+
 void ModelRunner::set_output_head(const WeightView* head) {
   if (head != nullptr && parallel_ != nullptr) fail("an output head over part of the vocabulary needs the whole model in one process");
   output_head_ = head;

@@ -69,7 +69,8 @@ class ModelRunner {
   std::span<float> run_step(const ForwardBatch& batch);
 
   // Every later execute() shows the linear layers' inputs to `observer` (not owned; null: none).
-  void set_activation_observer(ActivationObserver* observer) { observer_ = observer; }
+  // Throws for a model with act-order matrices (their columns are not in the input's order).
+  void set_activation_observer(ActivationObserver* observer);
   // Every later execute(chunks) computes logits with `head` (not owned; null: the model's head),
   // ForwardBatch::head: a draft's head over its most frequent tokens. One process only.
   void set_output_head(const WeightView* head);

@@ -11,6 +11,7 @@
 #include "backend/cpu/kernels_q8_common.h"
 #include "backend/cpu/kernels_simd_avx2.h"
 #include "backend/cpu/kernels_tile.h"
+#include "quant/blocks.h"
 
 namespace kestrel::cpu {
 namespace {
@@ -31,16 +32,6 @@ inline __m256i low_nibbles(__m256i v) { return _mm256_and_si256(v, _mm256_set1_e
 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 
-// INT4_ZP's 32-bit scale word (quant/blocks.h): the scale's F32 bits with the zero point in the
-// low byte; min = -scale * z (exact).
-inline void zp_scale_min(const uint8_t* p, float* scale, float* min) {
-  uint32_t word;
-  std::memcpy(&word, p, 4);
-  const uint32_t bits = word & 0xffffff00u;
-  std::memcpy(scale, &bits, 4);
-  *min = -*scale * float(word & 0xffu);
-}
-
 // How an INT4 group's header reads: Sym (F16 d; levels - 8), Asym (F16 d, F16 m), ZeroPoint (INT4_ZP).
 enum class Int4Header { Sym, Asym, ZeroPoint };
 
@@ -57,9 +48,9 @@ struct Int4Decoder {
       const uint8_t* p = data + s * 2 * kBlockBytes;
       nibble_halves(p + kQs, p + kBlockBytes + kQs, &w.a, &w.b);
       if constexpr (kHeader == Int4Header::ZeroPoint) {
-        float s0, m0, s1, m1;
-        zp_scale_min(p, &s0, &m0);
-        zp_scale_min(p + kBlockBytes, &s1, &m1);
+        // INT4_ZP's scale word (quant/blocks.h): the scale and min = -scale * z of each block.
+        const auto [s0, m0] = quant::zp_scale_and_min(p);
+        const auto [s1, m1] = quant::zp_scale_and_min(p + kBlockBytes);
         w.scale = _mm256_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1);
         w.min = _mm256_setr_ps(m0, m0, m0, m0, m1, m1, m1, m1);
         return w;
@@ -93,8 +84,7 @@ struct Int4Decoder {
   // One group's scale (and min) over all lanes.
   static void header(const uint8_t* p, WeightStep* w) {
     if constexpr (kHeader == Int4Header::ZeroPoint) {
-      float scale, min;
-      zp_scale_min(p, &scale, &min);
+      const auto [scale, min] = quant::zp_scale_and_min(p);
       w->scale = _mm256_set1_ps(scale);
       w->min = _mm256_set1_ps(min);
     } else {

@@ -194,23 +194,12 @@ struct Int8PcDecoder {
   }
 };
 
-// INT4_ZP's 32-bit scale word (quant/blocks.h): the scale's F32 bits with the zero point in the
-// low byte; min = -scale * z (exact). Returns (scale, min).
-inline std::pair<float, float> zp_scale_min(const uint8_t* p) {
-  uint32_t word;
-  std::memcpy(&word, p, 4);
-  const uint32_t bits = word & 0xffffff00u;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return {scale, -scale * float(word & 0xffu)};
-}
-
 // INT4_ZP_G32: Q4_1's bytes with the scale word in place of d and m. Lanes 4j .. 4j + 3 belong to
 // block j of the quad; blocks past a partial quad's end (valid bytes) get scale 0.
 struct Int4Zp32Decoder : Q4_1Decoder {
   static void scales_from_words(const uint8_t* p, int64_t valid, WeightStep* w) {
     alignas(16) float scale[4] = {}, min[4] = {};
-    for (int j = 0; j < 4 && j * kBlock + 4 <= valid; ++j) std::tie(scale[j], min[j]) = zp_scale_min(p + j * kBlock);
+    for (int j = 0; j < 4 && j * kBlock + 4 <= valid; ++j) std::tie(scale[j], min[j]) = quant::zp_scale_and_min(p + j * kBlock);
     const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     w->scale = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_load_ps(scale)));
     w->min = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_load_ps(min)));
@@ -252,8 +241,8 @@ struct Int4Decoder {
       w.a = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(2, 2, 0, 0)), shift));
       w.b = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(3, 3, 1, 1)), shift));
       if constexpr (kHeaderKind == Int4Header::ZeroPoint) {
-        const auto [s0, m0] = zp_scale_min(p);
-        const auto [s1, m1] = zp_scale_min(p + kBlockBytes);
+        const auto [s0, m0] = quant::zp_scale_and_min(p);
+        const auto [s1, m1] = quant::zp_scale_and_min(p + kBlockBytes);
         w.scale = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
         w.min = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(m0), _mm512_set1_ps(m1));
         return w;
@@ -269,7 +258,7 @@ struct Int4Decoder {
       w.a = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(2, 0, 2, 0)), shift));
       w.b = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(3, 1, 3, 1)), shift));
       if constexpr (kHeaderKind == Int4Header::ZeroPoint) {
-        const auto [scale, min] = zp_scale_min(p);
+        const auto [scale, min] = quant::zp_scale_and_min(p);
         w.scale = _mm512_set1_ps(scale);
         w.min = _mm512_set1_ps(min);
         return w;

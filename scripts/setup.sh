@@ -11,6 +11,7 @@ packages=(
   g++-aarch64-linux-gnu                    # scripts/check_portable.sh: the portable sources build for ARM
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libxxhash-dev
+  libicu-dev                               # Unicode categories and NFD for the WordPiece tokenizer
   libboost1.74-dev                         # Boost.Beast/Asio: the server's HTTP layer (headers only)
   libeigen3-dev                            # dense linear algebra for GPTQ (src/calib)
   openmpi-bin libopenmpi-dev               # one model over several processes/machines (src/dist, --tp/--pp)

@@ -5,6 +5,7 @@
 #include "loader/gguf_reader.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/spm_tokenizer.h"
+#include "tokenizer/wpm_tokenizer.h"
 
 namespace kestrel {
 
@@ -15,6 +16,8 @@ std::unique_ptr<Tokenizer> Tokenizer::create(VocabData vocab) {
       return std::make_unique<tokenizer::SpmTokenizer>(std::move(vocab));
     case VocabKind::BytePairEncoding:
       return std::make_unique<tokenizer::BpeTokenizer>(std::move(vocab));
+    case VocabKind::WordPiece:
+      return std::make_unique<tokenizer::WpmTokenizer>(std::move(vocab));
   }
   fail("tokenizer: unknown vocabulary kind {}", int(vocab.kind));
 }

@@ -1,6 +1,6 @@
 // Tokenizers built from GGUF metadata: SentencePiece-style ("llama": scores, byte fallback, the
-// U+2581 space) and byte-level BPE ("gpt2": merges or tiktoken ranks, pre-tokenizer regexes per
-// tokenizer.ggml.pre). Special tokens are matched in the text when parse_special is set.
+// U+2581 space), byte-level BPE ("gpt2": merges or tiktoken ranks, pre-tokenizer regexes per
+// tokenizer.ggml.pre) and BERT's WordPiece ("bert": greedy longest match per word). Special tokens are matched in the text when parse_special is set.
 // Encoding follows llama.cpp token for token (checked against its test vectors and llama-tokenize).
 // All methods are const and safe to call from several threads at once.
 #pragma once
@@ -31,7 +31,7 @@ enum class TokenType : int32_t {
   Byte = 6,
 };
 
-enum class VocabKind { SentencePiece, BytePairEncoding };
+enum class VocabKind { SentencePiece, BytePairEncoding, WordPiece };
 
 // Everything a tokenizer needs, as read from GGUF metadata (or a tiktoken file).
 struct VocabData {
@@ -45,9 +45,13 @@ struct VocabData {
                                           // tiktoken vocab: there a pair's rank is the id of the
                                           // token the two parts form (ids are tiktoken ranks)
   TokenId bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1, eot_id = -1;
+  TokenId sep_id = -1;                    // BERT's [SEP], appended after the text when add_sep
   bool add_bos = false;
   bool add_eos = false;
+  bool add_sep = false;
   bool add_space_prefix = true;           // SPM only
+  bool lowercase = true;                  // WordPiece only (BertNormalizer): lowercase the text,
+  bool strip_accents = true;              // and drop the accents of its NFD form
 };
 
 class Tokenizer {

@@ -63,12 +63,16 @@ VocabData Tokenizer::vocab_from_gguf(const gguf::GgufFile& file) {
     vocab.kind = VocabKind::SentencePiece;
   } else if (model == "gpt2" || model == "gemma4") {
     vocab.kind = VocabKind::BytePairEncoding;
+  } else if (model == "bert") {
+    vocab.kind = VocabKind::WordPiece;
   } else {
     fail("{}: unsupported tokenizer model '{}' (tokenizer.ggml.model); supported: 'llama' "
-         "(SentencePiece), 'gpt2' (byte-level BPE) and 'gemma4' (SentencePiece-style BPE)",
+         "(SentencePiece), 'gpt2' (byte-level BPE), 'gemma4' (SentencePiece-style BPE) and 'bert' "
+         "(WordPiece)",
          file.name(), model);
   }
   const bool spm = vocab.kind == VocabKind::SentencePiece;
+  const bool wpm = vocab.kind == VocabKind::WordPiece;
 
   vocab.tokens = read_strings(file, "tokenizer.ggml.tokens",
                               *require_array(file, "tokenizer.ggml.tokens"));
@@ -95,7 +99,7 @@ VocabData Tokenizer::vocab_from_gguf(const gguf::GgufFile& file) {
   }
   if (const Array* merges = file.get_array("tokenizer.ggml.merges")) {
     vocab.merges = read_strings(file, "tokenizer.ggml.merges", *merges);
-  } else if (!spm) {
+  } else if (vocab.kind == VocabKind::BytePairEncoding) {
     fail("{}: required metadata key 'tokenizer.ggml.merges' is missing (needed by a 'gpt2' "
          "tokenizer)",
          file.name());
@@ -104,12 +108,25 @@ VocabData Tokenizer::vocab_from_gguf(const gguf::GgufFile& file) {
   vocab.pre = file.get_string("tokenizer.ggml.pre").value_or("default");
   // llama.cpp gives a "gemma4" tokenizer the gemma4 pre-tokenizer whatever the file says.
   if (model == "gemma4") vocab.pre = "gemma4";
-  // Defaults as in llama.cpp: SentencePiece vocabs use <unk>=0, <s>=1, </s>=2 unless told.
-  vocab.bos_id = read_token_id(file, "tokenizer.ggml.bos_token_id", spm ? 1 : -1, n);
+  // Defaults as in llama.cpp: SentencePiece vocabs use <unk>=0, <s>=1, </s>=2 unless told; BERT's
+  // [PAD]=0, [UNK]=100, [CLS]=101 (its BOS), [SEP]=102.
+  vocab.bos_id = read_token_id(file, "tokenizer.ggml.bos_token_id", spm ? 1 : wpm ? 101 : -1, n);
   vocab.eos_id = read_token_id(file, "tokenizer.ggml.eos_token_id", spm ? 2 : -1, n);
-  vocab.unk_id = read_token_id(file, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, n);
-  vocab.pad_id = read_token_id(file, "tokenizer.ggml.padding_token_id", -1, n);
+  vocab.unk_id = read_token_id(file, "tokenizer.ggml.unknown_token_id", spm ? 0 : wpm ? 100 : -1, n);
+  vocab.pad_id = read_token_id(file, "tokenizer.ggml.padding_token_id", wpm ? 0 : -1, n);
   vocab.eot_id = read_token_id(file, "tokenizer.ggml.eot_token_id", -1, n);
+  vocab.sep_id = read_token_id(file, "tokenizer.ggml.seperator_token_id", wpm ? 102 : -1, n);  // sic
+  if (wpm) {
+    if (vocab.unk_id < 0) fail("{}: a WordPiece vocabulary needs an unknown token ([UNK])", file.name());
+    vocab.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(vocab.bos_id >= 0);
+    vocab.add_eos = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
+    vocab.add_sep = file.get_bool("tokenizer.ggml.add_sep_token").value_or(vocab.sep_id >= 0);
+    vocab.add_space_prefix = false;
+    // BertNormalizer: strip_accents follows lowercase unless the file says otherwise.
+    vocab.lowercase = file.get_bool("tokenizer.ggml.normalizer.lowercase").value_or(true);
+    vocab.strip_accents = file.get_bool("tokenizer.ggml.normalizer.strip_accents").value_or(vocab.lowercase);
+    return vocab;
+  }
 
   // SentencePiece vocabs add a BOS by default, and so do some pre-tokenizers (Llama 3, Tekken,
   // Chameleon); Gemma 4's always does (llama.cpp overrides the file there). An unknown pre is

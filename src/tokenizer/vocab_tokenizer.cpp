@@ -65,8 +65,10 @@ void validate_vocab(VocabData& vocab) {
   check_special_id("unk_id", vocab.unk_id, n);
   check_special_id("pad_id", vocab.pad_id, n);
   check_special_id("eot_id", vocab.eot_id, n);
+  check_special_id("sep_id", vocab.sep_id, n);
   if (vocab.add_bos && vocab.bos_id < 0) fail("tokenizer: add_bos is set but there is no BOS id");
   if (vocab.add_eos && vocab.eos_id < 0) fail("tokenizer: add_eos is set but there is no EOS id");
+  if (vocab.add_sep && vocab.sep_id < 0) fail("tokenizer: add_sep is set but there is no separator id");
 }
 
 VocabTokenizer::VocabTokenizer(VocabData vocab) : vocab_(std::move(vocab)), specials_(vocab_) {
@@ -106,6 +108,7 @@ std::vector<TokenId> VocabTokenizer::encode(std::string_view text, bool add_spec
     }
   }
   if (add_special && vocab_.add_eos) out.push_back(vocab_.eos_id);
+  if (add_special && vocab_.add_sep) out.push_back(vocab_.sep_id);
   return out;
 }
 
@@ -125,6 +128,7 @@ std::string VocabTokenizer::decode(std::span<const TokenId> ids, bool render_spe
     text += piece;
     previous = id;
   }
+  finish_decode(text);
   return text;
 }
 

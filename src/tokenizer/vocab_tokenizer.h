@@ -1,6 +1,6 @@
 // The part of a tokenizer that does not depend on the algorithm: vocabulary checks, token lookup
 // by text, special-token splitting, BOS/EOS, whole-sequence decoding and end-of-generation ids.
-// SpmTokenizer and BpeTokenizer fill in how plain text becomes ids and how an id becomes bytes.
+// SpmTokenizer, BpeTokenizer and WpmTokenizer fill in how plain text becomes ids and how an id becomes bytes.
 #pragma once
 
 #include <functional>
@@ -53,6 +53,8 @@ class VocabTokenizer : public Tokenizer {
                            std::vector<TokenId>& out) const = 0;
   // True when decode() should drop the leading space of the first piece (SPM's added space).
   virtual bool decode_strips_leading_space() const { return false; }
+  // Last touches to a whole decoded sequence (WordPiece: the spaces before punctuation).
+  virtual void finish_decode(std::string& /*text*/) const {}
 
   // Throws kestrel::Error unless 0 <= id < vocab_size().
   void check_id(TokenId id) const;

@@ -191,8 +191,13 @@ TEST(TokenizerErrors, GgufMissingKeys) {
   }
   {
     GgufVocab file;
+    file.writer.set_string("tokenizer.ggml.model", "t5");
+    expect_error([&] { file.load(); }, {"unsupported tokenizer model 't5'", "'bert' (WordPiece)"});
+  }
+  {
+    GgufVocab file;  // a WordPiece vocabulary too small for BERT's default [UNK] (id 100)
     file.writer.set_string("tokenizer.ggml.model", "bert");
-    expect_error([&] { file.load(); }, {"unsupported tokenizer model 'bert'"});
+    expect_error([&] { file.load(); }, {"vocab.gguf", "WordPiece vocabulary needs an unknown token"});
   }
   {
     GgufVocab file;

@@ -6,6 +6,10 @@ results are committed), with the two changes Kestrel makes and documents in src/
 "no scaling" is a candidate of the scale search, and a clip's error is measured with the group's
 block of E[x x^T] over all tokens instead of 512 sampled tokens.
 
+The MLP cases: the gate/up group's scale search with its error measured at the MLP's output
+through a float down projection, (act(X G'^T) * (X U'^T)) D^T against the float MLP's (AutoAWQ's
+module2inspect), SiLU and GELU.
+
 Per case: the layers reading one input [tokens][cols] (their rows, types), optional GQA tying of
 the channels (query heads sharing a kv head share a scale), duo scaling on or off, which layers are
 clipped. Output: tests/data/awq/reference.json with the chosen ratio, the scales, the output errors
@@ -58,7 +62,18 @@ def untie(v, tying):
     return np.repeat(v.reshape(n_head_kv, 1, head_dim), per_kv, axis=1).reshape(-1)
 
 
-def search_scales(layers, x, tying, duo):
+def mlp_output(gate, up, down, x, gelu):
+    """(act(x G^T) * (x U^T)) D^T in double (AutoAWQ's module2inspect = the MLP)."""
+    g = x.astype(np.float64) @ gate.astype(np.float64).T
+    u = x.astype(np.float64) @ up.astype(np.float64).T
+    if gelu:
+        a = 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g ** 3)))
+    else:
+        a = g / (1.0 + np.exp(-g))
+    return (a * u) @ down.astype(np.float64).T
+
+
+def search_scales(layers, x, tying, duo, mlp=None):
     cols = x.shape[1]
     x_mean = np.abs(x.astype(np.float64)).mean(axis=0).astype(np.float32).astype(np.float64)
     w_sum = np.zeros(cols)
@@ -72,7 +87,16 @@ def search_scales(layers, x, tying, duo):
     x_t, w_t = tie(x_mean, tying), tie(w_mean, tying)
 
     def error(s):
-        return sum(layer_error(w, x, s, group, sym) for w, group, sym in layers)
+        if mlp is None:
+            return sum(layer_error(w, x, s, group, sym) for w, group, sym in layers)
+        down, gelu = mlp
+        rounded = [(pseudo_quantize((w * s[None, :]).astype(np.float32), group, sym) / s[None, :]).astype(np.float32)
+                   for w, group, sym in layers]
+        e = mlp_output(rounded[0], rounded[1], down, x, gelu) - reference
+        return float(np.sum(e * e))
+
+    if mlp is not None:
+        reference = mlp_output(layers[0][0], layers[1][0], mlp[0], x, mlp[1])
 
     best = (error(np.ones(cols, dtype=np.float32)), -1, np.ones(cols, dtype=np.float32))
     unscaled = best[0]
@@ -122,6 +146,11 @@ CASES = [
     ("x_only_asym_g128", [(24, "INT4_ASYM_G128", 128, False, True)], None, False, 303),
 ]
 COLS, TOKENS = 256, 512
+# The gate/up group measured at the MLP's output: name, n_ff, type, group, symmetric, n_embd, gelu, seed
+MLP_CASES = [
+    ("mlp_silu_asym_g32", 64, "INT4_ASYM_G32", 32, False, 48, False, 404),
+    ("mlp_gelu_sym_g64", 32, "INT4_SYM_G64", 64, True, 40, True, 505),
+]
 
 
 def main():
@@ -150,9 +179,21 @@ def main():
         })
         print(f"{name}: ratio {grid}/{N_GRID}, output error {loss:.6g} vs unscaled {unscaled:.6g}, "
               f"{clipped} groups clipped")
+    mlp_cases = []
+    for name, n_ff, dtype, group, sym, n_embd, gelu, seed in MLP_CASES:
+        # gate and up from one stream (rows 0..n_ff-1 gate, then up), the down projection from seed + 1.
+        w_all, x = make_layer(seed, 2 * n_ff, COLS, TOKENS, [])
+        down, _ = make_layer(seed + 1, n_embd, n_ff, 1, [])
+        layers = [(w_all[:n_ff].copy(), group, sym), (w_all[n_ff:].copy(), group, sym)]
+        grid, scales, loss, unscaled = search_scales(layers, x, None, True, (down, gelu))
+        mlp_cases.append({"name": name, "seed": seed, "n_ff": n_ff, "type": dtype, "n_embd": n_embd, "gelu": gelu,
+                          "grid": grid, "scales": [float(v) for v in scales], "loss": loss,
+                          "loss_unscaled": unscaled})
+        print(f"{name}: ratio {grid}/{N_GRID}, MLP output error {loss:.6g} vs unscaled {unscaled:.6g}")
     out = pathlib.Path(__file__).resolve().parent.parent / "tests/data/awq/reference.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"cols": COLS, "tokens": TOKENS, "n_grid": N_GRID, "cases": cases}, indent=1) + "\n")
+    out.write_text(json.dumps({"cols": COLS, "tokens": TOKENS, "n_grid": N_GRID, "cases": cases,
+                               "mlp_cases": mlp_cases}, indent=1) + "\n")
     print("wrote", out)
 
 

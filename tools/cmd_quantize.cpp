@@ -41,6 +41,7 @@ struct QuantizeOptions {
   int64_t calib_chunks = 128;
   bool no_act_order = false;
   bool no_clip = false;
+  bool mlp_error = false;
   double damp = 0.01;
   double alpha = -1.0;  // smoothquant: migration strength; < 0: searched per input group
   std::string output_type, embedding_type;
@@ -180,6 +181,7 @@ std::map<std::string, EncodedTensor> awq_tensors(const QuantizeOptions& o, const
   AwqCalibrationOptions options;
   options.pass = calibration_pass(*tokenizer, o);
   options.awq.clip = !o.no_clip && !for_gptq && !smooth;
+  options.awq.mlp_output_error = o.mlp_error;
   const std::vector<double> alphas{0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9};
   if (smooth && o.alpha >= 0.0) options.awq.smooth_alpha = o.alpha;
   if (smooth && o.alpha < 0.0) options.awq.smooth_alphas = alphas, options.search_tokens = 1024;
@@ -286,6 +288,7 @@ void quantize(const QuantizeOptions& o) {
     fail("--method {} needs a calibration text (--calib TEXT) and takes no --imatrix (it measures its own)", method);
   }
   if (o.no_clip && method != "awq") fail("--no-clip is an AWQ option (--method awq)");
+  if (o.mlp_error && method != "awq" && method != "awq-gptq") fail("--awq-mlp-error is an AWQ option (--method awq)");
   if (o.alpha >= 0.0 && method != "smoothquant") fail("--alpha is a SmoothQuant option (--method smoothquant)");
   std::map<std::string, EncodedTensor> encoded;
   std::string input = o.input;
@@ -387,6 +390,8 @@ void register_quantize(CLI::App& app) {
   cmd->add_flag("--no-act-order", options->no_act_order,
                 "gptq: quantize columns in order (default: by decreasing activation, with static groups)");
   cmd->add_flag("--no-clip", options->no_clip, "awq: scales only, no clipping search");
+  cmd->add_flag("--awq-mlp-error", options->mlp_error,
+                "awq: choose gate/up's scales by the error at the MLP's output, as AutoAWQ (default: at their own outputs)");
   cmd->add_option("--alpha", options->alpha, "smoothquant: migration strength (default: searched per input group among 0.3 ... 0.9)")->check(number_range(0.0, 1.0));
   cmd->add_option("--damp", options->damp, "gptq: dampening, as a fraction of the Hessian's mean diagonal (default 0.01)")
       ->check(number_range(1e-6, 10.0));

@@ -96,8 +96,8 @@ double quantized_output_error(const AwqLinear& linear, const AwqInput& in, std::
   return sum;
 }
 
-double group_error(std::span<const AwqLinear> linears, const AwqInput& in, std::span<const float> scales,
-                   ThreadPool& pool) {
+// The scaled input's imatrix E[x^2] / s^2 (empty when the input has none).
+std::vector<float> scaled_importance(const AwqInput& in, std::span<const float> scales) {
   std::vector<float> importance;
   if (!in.sq_mean.empty()) {
     importance.resize(static_cast<size_t>(in.cols));
@@ -105,6 +105,69 @@ double group_error(std::span<const AwqLinear> linears, const AwqInput& in, std::
       const float s = scales.empty() ? 1.0f : scales[size_t(c)];
       importance[size_t(c)] = in.sq_mean[size_t(c)] / (s * s);
     }
+  }
+  return importance;
+}
+
+// Q(W diag(s)) diag(s)^-1 of a whole layer, [rows][cols]; scales empty: Q(W).
+RowMajorF rounded_weights(const AwqLinear& linear, int64_t cols, std::span<const float> scales,
+                          std::span<const float> importance, ThreadPool& pool) {
+  const quant::WeightFormat& f = quant::require_format(linear.type);
+  RowMajorF out(linear.rows, cols);
+  pool.parallel_for(linear.rows, [&](int64_t r0, int64_t r1) {
+    std::vector<float> scaled(static_cast<size_t>(cols));
+    std::vector<uint8_t> bytes(static_cast<size_t>(quant::row_bytes(f, cols)));
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* w = linear.w + r * cols;
+      for (int64_t k = 0; k < cols; ++k) scaled[size_t(k)] = scales.empty() ? w[k] : w[k] * scales[size_t(k)];
+      quant::quantize_row_with_importance(f, scaled.data(), bytes.data(), cols,
+                                          importance.empty() ? nullptr : importance.data());
+      float* q = &out(r, 0);
+      f.dequantize_row(bytes.data(), q, cols);
+      if (!scales.empty()) {
+        for (int64_t k = 0; k < cols; ++k) q[k] /= scales[size_t(k)];
+      }
+    }
+  });
+  return out;
+}
+
+// The MLP's output (act(X G^T + bg) * (X U^T + bu)) D^T of the input's tokens, [n][n_embd].
+RowMajorF mlp_output(const float* gate, const float* up, const AwqInput& in, const AwqMlp& mlp, int64_t n_ff,
+                     ThreadPool& pool) {
+  constexpr int64_t kTokensPerChunk = 128;
+  const int64_t cols = in.cols, chunks = (in.n + kTokensPerChunk - 1) / kTokensPerChunk;
+  const Eigen::Map<const RowMajorF> g(gate, n_ff, cols), u(up, n_ff, cols), d(mlp.down, mlp.n_embd, n_ff);
+  RowMajorF y(in.n, mlp.n_embd);
+  pool.parallel_for(chunks, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t t0 = c * kTokensPerChunk, m = std::min(kTokensPerChunk, in.n - t0);
+      const Eigen::Map<const RowMajorF> x(in.x + t0 * cols, m, cols);
+      RowMajorF h = x * g.transpose();
+      const RowMajorF v = x * u.transpose();
+      for (int64_t t = 0; t < m; ++t) {
+        for (int64_t j = 0; j < n_ff; ++j) {
+          float a = h(t, j) + (mlp.gate_bias ? mlp.gate_bias[j] : 0.0f);
+          a = mlp.gelu_tanh ? 0.5f * a * (1.0f + std::tanh(0.7978845608f * (a + 0.044715f * a * a * a)))
+                            : a / (1.0f + std::exp(-a));
+          h(t, j) = a * (v(t, j) + (mlp.up_bias ? mlp.up_bias[j] : 0.0f));
+        }
+      }
+      y.middleRows(t0, m).noalias() = h * d.transpose();
+    }
+  });
+  return y;
+}
+
+double group_error(std::span<const AwqLinear> linears, const AwqInput& in, std::span<const float> scales,
+                   ThreadPool& pool, const AwqMlp* mlp = nullptr, const RowMajorF* mlp_reference = nullptr) {
+  const std::vector<float> importance = scaled_importance(in, scales);
+  if (mlp != nullptr) {
+    const RowMajorF g = rounded_weights(linears[0], in.cols, scales, importance, pool);
+    const RowMajorF u = rounded_weights(linears[1], in.cols, scales, importance, pool);
+    return (mlp_output(g.data(), u.data(), in, *mlp, linears[0].rows, pool) - *mlp_reference)
+        .cast<double>()
+        .squaredNorm();
   }
   double sum = 0.0;
   for (const AwqLinear& l : linears) sum += layer_error(l, in, scales, importance, pool);
@@ -139,7 +202,7 @@ std::vector<float> untie_heads(const std::vector<double>& tied, const AwqTying& 
 }  // namespace
 
 AwqScaleResult awq_search_scales(std::span<const AwqLinear> linears, const AwqInput& in, const AwqTying& tying,
-                                 const AwqOptions& o, ThreadPool& pool) {
+                                 const AwqOptions& o, ThreadPool& pool, const AwqMlp* mlp) {
   const int64_t cols = in.cols;
   if (linears.empty() || in.n < 1 || int64_t(in.abs_mean.size()) != cols ||
       (!in.sq_mean.empty() && int64_t(in.sq_mean.size()) != cols)) {
@@ -172,8 +235,15 @@ AwqScaleResult awq_search_scales(std::span<const AwqLinear> linears, const AwqIn
   }
   const std::vector<double> x_tied = tie_heads(x_mean, tying), w_tied = tie_heads(w_mean, tying);
 
+  RowMajorF mlp_reference;
+  if (mlp != nullptr) {
+    if (linears.size() != 2 || linears[0].rows != linears[1].rows || mlp->down == nullptr || mlp->n_embd < 1) {
+      fail("internal: AWQ's MLP-output error needs the gate and up layers (of equal rows) and the down projection");
+    }
+    mlp_reference = mlp_output(linears[0].w, linears[1].w, in, *mlp, linears[0].rows, pool);
+  }
   AwqScaleResult result;
-  result.loss_unscaled = group_error(linears, in, {}, pool);
+  result.loss_unscaled = group_error(linears, in, {}, pool, mlp, &mlp_reference);
   result.loss = result.loss_unscaled;
   result.scales.assign(size_t(cols), 1.0f);
   for (int grid = 0; grid < o.n_grid; ++grid) {
@@ -194,7 +264,7 @@ AwqScaleResult awq_search_scales(std::span<const AwqLinear> linears, const AwqIn
       if (!std::isfinite(v)) v = 1.0;
     }
     std::vector<float> scales = untie_heads(s, tying, cols);
-    const double loss = group_error(linears, in, scales, pool);
+    const double loss = group_error(linears, in, scales, pool, mlp, &mlp_reference);
     if (loss < result.loss || o.fixed_grid >= 0) {
       result.loss = loss;
       result.grid = grid;

@@ -12,8 +12,9 @@
 // wins, where Q is the target format's own quantizer (importance-weighted with the imatrix
 // E[x^2] / s^2 of the scaled input when the format has a weighted quantizer). Unlike AutoAWQ, "no
 // scaling" (s = 1) is a candidate too, so the search never returns a higher output error than
-// plain rounding, and the output error is the layers' own (AutoAWQ measures q/k/v and gate/up
-// through the whole attention / MLP block).
+// plain rounding. The output error is the layers' own, except for gate/up given an AwqMlp: there it
+// is the MLP's output, as AutoAWQ measures it (AutoAWQ also measures q/k/v through the whole
+// attention block; Kestrel measures them at their own outputs).
 //
 // Then the clipping search (AutoAWQ's auto_clip): per output row and quantization group, the
 // weights are clamped to +-max|w| x (1 - i/n) for i < max_shrink x n, and the clamp with the lowest
@@ -42,6 +43,7 @@ struct AwqOptions {
   bool clip = true;          // the clipping search (formats that allow it)
   double max_shrink = 0.5;   // clamps down to max|w| x (1 - max_shrink)
   int fixed_grid = -1;       // >= 0: no search, ratio fixed_grid / n_grid (tests of the folding)
+  bool mlp_output_error = false;  // gate/up: the error at the MLP's output (AwqMlp), as AutoAWQ measures it
   // >= 0: SmoothQuant's scales with this migration strength (smoothquant_scales) instead of the
   // search; no clipping.
   double smooth_alpha = -1.0;
@@ -73,6 +75,19 @@ struct AwqTying {
   int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
 };
 
+// The gated MLP that the gate/up group feeds. Given, the scale search measures a candidate's error
+// where AutoAWQ does (its module2inspect = the MLP): at the MLP's output,
+//   || (act(X G'^T + bg) * (X U'^T + bu)) D^T - (act(X G^T + bg) * (X U^T + bu)) D^T ||^2
+// with G' = Q(G diag(s)) diag(s)^-1 and U' likewise, D the float down projection (AutoAWQ rounds
+// only the group's own layers during the search). The layers must be {gate, up}.
+struct AwqMlp {
+  const float* down = nullptr;  // [n_embd][n_ff]
+  int64_t n_embd = 0;
+  bool gelu_tanh = false;       // act = GELU (tanh approximation); else SiLU
+  const float* gate_bias = nullptr;  // [n_ff] or null
+  const float* up_bias = nullptr;    // [n_ff] or null
+};
+
 struct AwqScaleResult {
   std::vector<float> scales;   // [cols]; all 1 when no scaling won
   int grid = -1;               // the ratio chosen (grid / n_grid); -1: no scaling
@@ -82,8 +97,10 @@ struct AwqScaleResult {
 
 // Searches the scales for the linear layers reading `input` (they must share its cols; each
 // type's rows must divide into its blocks). Leaves the weights unchanged.
+// `mlp`: measure at the MLP's output (see AwqMlp) instead of the layers' own outputs.
 AwqScaleResult awq_search_scales(std::span<const AwqLinear> linears, const AwqInput& input,
-                                 const AwqTying& tying, const AwqOptions& options, ThreadPool& pool);
+                                 const AwqTying& tying, const AwqOptions& options, ThreadPool& pool,
+                                 const AwqMlp* mlp = nullptr);
 
 // SmoothQuant (Xiao et al., 2023, "SmoothQuant: Accurate and Efficient Post-Training Quantization
 // for Large Language Models"): s_c = max|x_c|^alpha / max|w_c|^(1 - alpha), max|w_c| over every row

@@ -85,6 +85,12 @@ class AwqLayerScaler : public ActivationObserver {
       scaled.scales = calib::smoothquant_scales(linears, abs_max, tying, options_.awq.smooth_alpha);
     } else if (!options_.awq.smooth_alphas.empty()) {
       scaled = calib::smoothquant_search(linears, input, tying, options_.awq.smooth_alphas, pool_);
+    } else if (kind == LinearKind::FfnGate && options_.awq.mlp_output_error) {
+      // Measured at the MLP's output, through the float down projection (as AutoAWQ does).
+      const std::vector<float> down = dequantize_matrix(weights.matrix(LinearKind::FfnDown), pool_);
+      const calib::AwqMlp mlp{down.data(), c.n_embd, c.activation == Activation::GeluTanh, weights.b_gate,
+                              weights.b_up};
+      scaled = calib::awq_search_scales(linears, input, tying, options_.awq, pool_, &mlp);
     } else {
       scaled = calib::awq_search_scales(linears, input, tying, options_.awq, pool_);
     }

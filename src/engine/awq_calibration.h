@@ -5,7 +5,8 @@
 //              scores are sensitive to clamped weights)
 //   output     scales tied over the query heads of each kv head (GQA) and folded into v's rows
 //              (and v's bias)
-//   gate/up    folded into ffn_norm; both clipped
+//   gate/up    folded into ffn_norm; both clipped; with awq.mlp_output_error the scales are chosen
+//              by the error at the MLP's output (through the float down projection, as AutoAWQ)
 //   down       folded into up's rows (down's input is act(gate) * up)
 // Then every matrix of the layer is encoded in the type the recipe gives it (with the imatrix of
 // its scaled input, E[x^2] / s^2, for types that weigh error), and the changed norms and biases as

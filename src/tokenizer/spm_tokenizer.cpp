@@ -109,34 +109,7 @@ void SpmTokenizer::encode_segment(std::string_view normalized, std::vector<Token
 }
 
 std::string SpmTokenizer::token_to_piece(TokenId id, bool render_special) const {
-  check_id(id);
-  const std::string& text = vocab_.tokens[size_t(id)];
-  switch (type_of(id)) {
-    case TokenType::Control:
-    case TokenType::Unknown:
-      return render_special ? text : std::string();
-    case TokenType::UserDefined:
-      return text;
-    case TokenType::Byte:
-      return std::string(1, char(parse_byte_token(text)));
-    case TokenType::Normal: {
-      std::string piece;
-      piece.reserve(text.size());
-      for (size_t pos = 0; pos < text.size();) {
-        if (std::string_view(text).substr(pos, kSpaceMarker.size()) == kSpaceMarker) {
-          piece += ' ';
-          pos += kSpaceMarker.size();
-        } else {
-          piece += text[pos++];
-        }
-      }
-      return piece;
-    }
-    case TokenType::Undefined:
-    case TokenType::Unused:
-      break;
-  }
-  return std::string();  // llama.cpp renders undefined and unused tokens as nothing
+  return marked_piece(id, render_special);
 }
 
 }  // namespace kestrel::tokenizer

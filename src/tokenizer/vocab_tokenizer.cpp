@@ -23,6 +23,8 @@ void check_special_id(const char* name, TokenId id, size_t vocab_size) {
   }
 }
 
+constexpr std::string_view kWordMarker = "\xe2\x96\x81";  // U+2581: a space in SPM and WordPiece pieces
+
 // Chat models end a turn with one of these control tokens even when the file names no EOT id.
 constexpr const char* kEndOfTurnTexts[] = {"<|eot_id|>", "<|eom_id|>", "<|im_end|>",
                                            "<|end|>",    "<end_of_turn>"};
@@ -55,7 +57,7 @@ void validate_vocab(VocabData& vocab) {
     if (raw < int32_t(TokenType::Undefined) || raw > int32_t(TokenType::Byte)) {
       fail("tokenizer: token {} '{}' has unknown token type {}", i, vocab.tokens[i], raw);
     }
-    if (vocab.kind == VocabKind::SentencePiece && vocab.types[i] == TokenType::Byte &&
+    if (vocab.kind != VocabKind::BytePairEncoding && vocab.types[i] == TokenType::Byte &&
         parse_byte_token(vocab.tokens[i]) < 0) {
       fail("tokenizer: token {} '{}' has type byte but is not written <0xNN>", i, vocab.tokens[i]);
     }
@@ -138,5 +140,36 @@ bool VocabTokenizer::is_end_of_generation(TokenId id) const {
 }
 
 TokenId VocabTokenizer::find_token(std::string_view text) const { return lookup(by_text_, text); }
+
+std::string VocabTokenizer::marked_piece(TokenId id, bool render_special) const {
+  check_id(id);
+  const std::string& text = vocab_.tokens[size_t(id)];
+  switch (type_of(id)) {
+    case TokenType::Control:
+    case TokenType::Unknown:
+      return render_special ? text : std::string();
+    case TokenType::UserDefined:
+      return text;
+    case TokenType::Byte:
+      return std::string(1, char(parse_byte_token(text)));
+    case TokenType::Normal: {
+      std::string piece;
+      piece.reserve(text.size());
+      for (size_t pos = 0; pos < text.size();) {
+        if (std::string_view(text).substr(pos, kWordMarker.size()) == kWordMarker) {
+          piece += ' ';
+          pos += kWordMarker.size();
+        } else {
+          piece += text[pos++];
+        }
+      }
+      return piece;
+    }
+    case TokenType::Undefined:
+    case TokenType::Unused:
+      break;
+  }
+  return std::string();  // llama.cpp renders undefined and unused tokens as nothing
+}
 
 }  // namespace kestrel::tokenizer

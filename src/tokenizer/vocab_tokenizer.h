@@ -56,6 +56,10 @@ class VocabTokenizer : public Tokenizer {
   // Last touches to a whole decoded sequence (WordPiece: the spaces before punctuation).
   virtual void finish_decode(std::string& /*text*/) const {}
 
+  // A piece of a vocabulary that writes spaces as U+2581 (SentencePiece, WordPiece): normal tokens
+  // with U+2581 as ' ', byte tokens <0xNN> as the byte, user-defined ones as stored, control and
+  // unknown ones only when rendering, undefined and unused ones as nothing (as llama.cpp).
+  std::string marked_piece(TokenId id, bool render_special) const;
   // Throws kestrel::Error unless 0 <= id < vocab_size().
   void check_id(TokenId id) const;
   TokenType type_of(TokenId id) const { return vocab_.types[size_t(id)]; }

@@ -84,29 +84,7 @@ void WpmTokenizer::encode_text(std::string_view text, bool /*follows_special*/, 
 }
 
 std::string WpmTokenizer::token_to_piece(TokenId id, bool render_special) const {
-  check_id(id);
-  const std::string& text = vocab_.tokens[size_t(id)];
-  switch (type_of(id)) {
-    case TokenType::Control:
-    case TokenType::Unknown:
-      return render_special ? text : std::string();
-    case TokenType::UserDefined:
-      return text;
-    case TokenType::Normal: {
-      std::string piece;
-      for (size_t at = 0; at < text.size();) {
-        if (std::string_view(text).substr(at, kWordStart.size()) == kWordStart) {
-          piece += ' ';
-          at += kWordStart.size();
-        } else {
-          piece += text[at++];
-        }
-      }
-      return piece;
-    }
-    default:
-      return {};
-  }
+  return marked_piece(id, render_special);
 }
 
 // llama.cpp's detokenize with clean_spaces, pass for pass (in place, as there): " ?" " !" " ."

@@ -96,6 +96,36 @@ TEST(Awq, MatchesTheNumpyReference) {
   }
 }
 
+// The gate/up group with its error measured at the MLP's output (AutoAWQ's module2inspect),
+// through a float down projection, SiLU and GELU: the same ratio, scales and errors as numpy.
+TEST(Awq, MlpOutputErrorMatchesTheNumpyReference) {
+  const auto ref = nlohmann::json::parse(test::read_file(test::test_data_path("awq/reference.json")));
+  const int64_t cols = ref["cols"], tokens = ref["tokens"];
+  ASSERT_EQ(ref["mlp_cases"].size(), 2u);
+  ThreadPool pool(2);
+  for (const auto& c : ref["mlp_cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const int64_t n_ff = c["n_ff"], n_embd = c["n_embd"];
+    test::CalibLayer layer = test::make_calib_layer(c["seed"].get<uint64_t>(), 2 * n_ff, cols, tokens, {});
+    const test::CalibLayer down = test::make_calib_layer(c["seed"].get<uint64_t>() + 1, n_embd, n_ff, 1, {});
+    const DType type = *dtype_from_name(c["type"].get<std::string>());
+    const calib::AwqLinear linears[2] = {{type, layer.w.data(), n_ff}, {type, layer.w.data() + n_ff * cols, n_ff}};
+    const std::vector<float> mean = abs_mean(layer);
+    const calib::AwqInput input{cols, layer.x.data(), tokens, mean, {}, {}};
+    const calib::AwqMlp mlp{down.w.data(), n_embd, c["gelu"].get<bool>(), nullptr, nullptr};
+    const calib::AwqScaleResult result = calib::awq_search_scales(linears, input, {}, {}, pool, &mlp);
+    EXPECT_EQ(result.grid, c["grid"].get<int>());
+    ASSERT_EQ(result.scales.size(), c["scales"].size());
+    for (size_t i = 0; i < result.scales.size(); ++i) {
+      EXPECT_NEAR(result.scales[i], c["scales"][i].get<double>(), 1e-6 * std::fabs(c["scales"][i].get<double>()));
+    }
+    EXPECT_NEAR(result.loss, c["loss"].get<double>(), 1e-4 * c["loss"].get<double>());
+    EXPECT_NEAR(result.loss_unscaled, c["loss_unscaled"].get<double>(), 1e-4 * c["loss_unscaled"].get<double>());
+    // The MLP's error needs both halves.
+    EXPECT_THROW(calib::awq_search_scales({linears, 1}, input, {}, {}, pool, &mlp), Error);
+  }
+}
+
 TEST(Awq, BlockMomentsAreTheGroupsSecondMoments) {
   const test::CalibLayer l = test::make_calib_layer(17, 1, 96, 5000, {});
   ThreadPool pool(2);

@@ -61,14 +61,6 @@ def import_autoawq():
     return quantizer.AwqQuantizer, qwen2.Qwen2AWQForCausalLM, module.get_named_linears
 
 
-def load(gguf):
-    gdir, gname = os.path.split(os.path.abspath(gguf))
-    tok = transformers.AutoTokenizer.from_pretrained(gdir, gguf_file=gname)
-    model = transformers.AutoModelForCausalLM.from_pretrained(gdir, gguf_file=gname, dtype=torch.float32).eval()
-    model.config.architectures = [type(model).__name__]  # the GGUF reader leaves it unset
-    return tok, model
-
-
 def save(model, tok, folder, quantization_config=None):
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
@@ -117,7 +109,7 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
 
-    tok, model = load(a.gguf)
+    tok, model = fx.load_gguf(a.gguf)
     if not a.awq_only:
         save(model, tok, os.path.join(a.out, "base"))
     with open(a.calib, "rb") as f:  # bytes: no newline translation
@@ -146,7 +138,7 @@ def main():
         return
     # RTN: the same packing (AwqQuantizer._apply_quant: pseudo_quantize_tensor in float16, then
     # WQLinear_GEMM.from_linear) of the unscaled, unclipped weights.
-    _, model = load(a.gguf)
+    _, model = fx.load_gguf(a.gguf)
     rtn = AwqQuantizer.__new__(AwqQuantizer)
     rtn.w_bit, rtn.group_size, rtn.zero_point, rtn.version = 4, a.group, True, "gemm"
     for layer in layer_map.get_model_layers(model):

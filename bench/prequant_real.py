@@ -22,7 +22,6 @@ import shutil
 import sys
 
 import torch
-import transformers
 from safetensors.torch import save_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,10 +40,7 @@ def main():
     a = p.parse_args()
     QuantLinear = fx.import_reference_modules()[0]
     torch.set_num_threads(2)
-    gdir, gname = os.path.split(os.path.abspath(a.gguf))
-    tok = transformers.AutoTokenizer.from_pretrained(gdir, gguf_file=gname)
-    model = transformers.AutoModelForCausalLM.from_pretrained(gdir, gguf_file=gname, dtype=torch.float32).eval()
-    model.config.architectures = [type(model).__name__]  # the GGUF reader leaves it unset
+    tok, model = fx.load_gguf(a.gguf)
     gptq_dir, f32_dir = os.path.join(a.out, "gptq"), os.path.join(a.out, "dequantized")
     for d in (gptq_dir, f32_dir):
         shutil.rmtree(d, ignore_errors=True)

@@ -87,6 +87,16 @@ def import_reference_modules():
     return gptq.QuantLinear, awq.WQLinear_GEMM, dequant, awq_packing
 
 
+def load_gguf(path):
+    """A GGUF read by transformers (its GGUF reader dequantizes every tensor) into float32: the
+    tokenizer and the model, with config.architectures set (the reader leaves it unset)."""
+    gdir, gname = os.path.split(os.path.abspath(path))
+    tok = transformers.AutoTokenizer.from_pretrained(gdir, gguf_file=gname)
+    model = transformers.AutoModelForCausalLM.from_pretrained(gdir, gguf_file=gname, dtype=torch.float32).eval()
+    model.config.architectures = [type(model).__name__]
+    return tok, model
+
+
 def rtn_params(w, bits, group_cols, sym):
     """GPTQ Quantizer.find_params on each group (columns group_cols[g] of w [out, in]): scale and
     zero [out, groups]; scales rounded to float16 first (what the checkpoints store)."""

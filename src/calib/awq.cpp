@@ -22,6 +22,20 @@ int64_t weight_group(const quant::WeightFormat& f, int64_t cols) {
   return f.block_size >= 32 && f.block_size <= 256 && cols % f.block_size == 0 ? f.block_size : cols;
 }
 
+// Q(w diag(s)) diag(s)^-1 of one row of `cols` weights into out; scales empty: Q(w). `scaled` and
+// `bytes` are the caller's scratch (cols floats, the row's encoding).
+void round_row(const quant::WeightFormat& f, const float* w, int64_t cols, std::span<const float> scales,
+               std::span<const float> importance, std::vector<float>& scaled, std::vector<uint8_t>& bytes,
+               float* out) {
+  for (int64_t k = 0; k < cols; ++k) scaled[size_t(k)] = scales.empty() ? w[k] : w[k] * scales[size_t(k)];
+  quant::quantize_row_with_importance(f, scaled.data(), bytes.data(), cols,
+                                      importance.empty() ? nullptr : importance.data());
+  f.dequantize_row(bytes.data(), out, cols);
+  if (!scales.empty()) {
+    for (int64_t k = 0; k < cols; ++k) out[k] /= scales[size_t(k)];
+  }
+}
+
 // Output error || X (Q(W diag(s)) diag(s)^-1 - W)^T ||^2 of one layer; scales empty: s = 1.
 double layer_error(const AwqLinear& linear, const AwqInput& in, std::span<const float> scales,
                    std::span<const float> importance, ThreadPool& pool) {
@@ -37,13 +51,8 @@ double layer_error(const AwqLinear& linear, const AwqInput& in, std::span<const 
       const int64_t r0 = c * kRowsPerChunk, m = std::min(kRowsPerChunk, linear.rows - r0);
       for (int64_t i = 0; i < m; ++i) {
         const float* w = linear.w + (r0 + i) * cols;
-        for (int64_t k = 0; k < cols; ++k) scaled[size_t(k)] = scales.empty() ? w[k] : w[k] * scales[size_t(k)];
-        quant::quantize_row_with_importance(f, scaled.data(), bytes.data(), cols,
-                                            importance.empty() ? nullptr : importance.data());
-        f.dequantize_row(bytes.data(), q.data(), cols);
-        for (int64_t k = 0; k < cols; ++k) {
-          d(i, k) = (scales.empty() ? q[size_t(k)] : q[size_t(k)] / scales[size_t(k)]) - w[k];
-        }
+        round_row(f, w, cols, scales, importance, scaled, bytes, q.data());
+        for (int64_t k = 0; k < cols; ++k) d(i, k) = q[size_t(k)] - w[k];
       }
       const RowMajorF e = x * d.topRows(m).transpose();
       chunk_error[size_t(c)] = e.cast<double>().squaredNorm();
@@ -118,15 +127,7 @@ RowMajorF rounded_weights(const AwqLinear& linear, int64_t cols, std::span<const
     std::vector<float> scaled(static_cast<size_t>(cols));
     std::vector<uint8_t> bytes(static_cast<size_t>(quant::row_bytes(f, cols)));
     for (int64_t r = r0; r < r1; ++r) {
-      const float* w = linear.w + r * cols;
-      for (int64_t k = 0; k < cols; ++k) scaled[size_t(k)] = scales.empty() ? w[k] : w[k] * scales[size_t(k)];
-      quant::quantize_row_with_importance(f, scaled.data(), bytes.data(), cols,
-                                          importance.empty() ? nullptr : importance.data());
-      float* q = &out(r, 0);
-      f.dequantize_row(bytes.data(), q, cols);
-      if (!scales.empty()) {
-        for (int64_t k = 0; k < cols; ++k) q[k] /= scales[size_t(k)];
-      }
+      round_row(f, linear.w + r * cols, cols, scales, importance, scaled, bytes, &out(r, 0));
     }
   });
   return out;

@@ -10,7 +10,6 @@ namespace kestrel::tokenizer {
 
 namespace {
 
-constexpr std::string_view kSpaceMark = "\xe2\x96\x81";  // U+2581, SentencePiece's space
 
 std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
   std::string out;
@@ -52,7 +51,7 @@ BpeTokenizer::BpeTokenizer(VocabData vocab) : VocabTokenizer(std::move(vocab)) {
         if (byte_tokens_[size_t(byte)] < 0) byte_tokens_[size_t(byte)] = id;
         continue;
       }
-      token_bytes_[i] = replace_all(text, kSpaceMark, " ");
+      token_bytes_[i] = replace_all(text, kSpaceMarker, " ");
       mergeable_.emplace(text, id);
       continue;
     }
@@ -97,7 +96,7 @@ void BpeTokenizer::encode_text(std::string_view text, bool /*follows_special*/,
                                std::vector<TokenId>& out) const {
   std::vector<std::string_view> words;
   if (pre_->raw_utf8()) {
-    const std::string escaped = replace_all(text, " ", kSpaceMark);
+    const std::string escaped = replace_all(text, " ", kSpaceMarker);
     pre_->split(escaped, words);
     for (const std::string_view word : words) encode_word(word, out);
     return;

@@ -9,7 +9,6 @@ namespace kestrel::tokenizer {
 
 namespace {
 
-constexpr std::string_view kSpaceMarker = "\xe2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 // Tokenizers built from GGUF metadata: SentencePiece-style ("llama": scores, byte fallback, the
 // U+2581 space), byte-level BPE ("gpt2": merges or tiktoken ranks, pre-tokenizer regexes per
-// tokenizer.ggml.pre) and BERT's WordPiece ("bert": greedy longest match per word). Special tokens are matched in the text when parse_special is set.
+// tokenizer.ggml.pre) and BERT's WordPiece ("bert": greedy longest match per word). Special tokens
+// are matched in the text when parse_special is set.
 // Encoding follows llama.cpp token for token (checked against its test vectors and llama-tokenize).
 // All methods are const and safe to call from several threads at once.
 #pragma once

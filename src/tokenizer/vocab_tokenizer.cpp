@@ -23,8 +23,6 @@ void check_special_id(const char* name, TokenId id, size_t vocab_size) {
   }
 }
 
-constexpr std::string_view kWordMarker = "\xe2\x96\x81";  // U+2581: a space in SPM and WordPiece pieces
-
 // Chat models end a turn with one of these control tokens even when the file names no EOT id.
 constexpr const char* kEndOfTurnTexts[] = {"<|eot_id|>", "<|eom_id|>", "<|im_end|>",
                                            "<|end|>",    "<end_of_turn>"};
@@ -156,9 +154,9 @@ std::string VocabTokenizer::marked_piece(TokenId id, bool render_special) const 
       std::string piece;
       piece.reserve(text.size());
       for (size_t pos = 0; pos < text.size();) {
-        if (std::string_view(text).substr(pos, kWordMarker.size()) == kWordMarker) {
+        if (std::string_view(text).substr(pos, kSpaceMarker.size()) == kSpaceMarker) {
           piece += ' ';
-          pos += kWordMarker.size();
+          pos += kSpaceMarker.size();
         } else {
           piece += text[pos++];
         }

@@ -1,6 +1,7 @@
 // The part of a tokenizer that does not depend on the algorithm: vocabulary checks, token lookup
 // by text, special-token splitting, BOS/EOS, whole-sequence decoding and end-of-generation ids.
-// SpmTokenizer, BpeTokenizer and WpmTokenizer fill in how plain text becomes ids and how an id becomes bytes.
+// SpmTokenizer, BpeTokenizer and WpmTokenizer fill in how plain text becomes ids and how an id
+// becomes bytes.
 #pragma once
 
 #include <functional>
@@ -20,6 +21,10 @@ struct StringViewHash {
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 using TokenIndex = std::unordered_map<std::string, TokenId, StringViewHash, std::equal_to<>>;
+
+// U+2581 LOWER ONE EIGHTH BLOCK: a space inside SentencePiece, SentencePiece-style BPE and WordPiece
+// pieces (for WordPiece, the converter's mark of a word's first piece).
+inline constexpr std::string_view kSpaceMarker = "\xe2\x96\x81";
 
 inline TokenId lookup(const TokenIndex& index, std::string_view text) {
   const auto it = index.find(text);

@@ -9,8 +9,6 @@ namespace kestrel::tokenizer {
 
 namespace {
 
-constexpr std::string_view kWordStart = "\xe2\x96\x81";  // U+2581, the converter's word-start mark
-
 // The CJK ranges BERT splits into single-character words (llama.cpp's list, which follows the
 // Hugging Face tokenizers crate, 0x2B920 included).
 bool is_cjk_ideograph(uint32_t c) {
@@ -60,7 +58,7 @@ std::vector<std::string> WpmTokenizer::split_words(std::string_view text) const 
 
 void WpmTokenizer::encode_text(std::string_view text, bool /*follows_special*/, std::vector<TokenId>& out) const {
   for (const std::string& word : split_words(text)) {
-    const std::string marked = std::string(kWordStart) + word;
+    const std::string marked = std::string(kSpaceMarker) + word;
     const std::string_view w = marked;
     const size_t before = out.size();
     for (size_t i = 0; i < w.size();) {

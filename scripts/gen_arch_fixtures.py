@@ -53,6 +53,16 @@ config.json is the HF config the GGUF was converted from (provenance only).
   olmoe              OlmoeForCausalLM      4 experts top-2, norm_topk_prob False, q/k RMSNorm over the
                                            whole projection
 
+  qwen2_yarn         Qwen2ForCausalLM      YaRN factor 4 over an original context of 64 (no mscale)
+  deepseek2_lite     DeepseekV2ForCausalLM latent attention (kv_lora_rank 24, keys 16 + 8 rotary,
+                                           values 12), queries by q_proj; layer 0 dense, then 4
+                                           experts top-2 with 2 ungated shared experts, routed
+                                           weights * 1.5 not renormalized
+  deepseek2          DeepseekV2ForCausalLM as deepseek2_lite with queries through a rank-20 latent
+  deepseek2_yarn     DeepseekV2ForCausalLM as deepseek2_lite with YaRN factor 8 over 64, mscale =
+                                           mscale_all_dim 0.707 (DeepSeek's softmax scale * mscale^2
+                                           patched into the reference: transformers 4.57 omits it)
+
 MoE fixtures: with these weight scales about 1% of routed tokens have a k-th/(k+1)-th router
 probability gap under 1e-3 and a reference run routes a few hundred tokens per layer, so a gap
 threshold of 1e-3 rejected every seed; 1e-4 still leaves 100x over float32 rounding.
@@ -314,11 +324,14 @@ class RouterWatch:
     def __init__(self, model, k):
         self.k, self.min_gap, self.calls, self.handles = k, float("inf"), 0, []
         for name, mod in model.named_modules():
-            if (name.endswith("mlp.gate") or name.endswith("block_sparse_moe.gate")) and isinstance(mod, torch.nn.Linear):
+            if name.endswith("mlp.gate") or name.endswith("block_sparse_moe.gate"):
                 self.handles.append(mod.register_forward_hook(self.hook))
 
     def hook(self, module, inputs, output):
-        probs = torch.softmax(output.reshape(-1, output.shape[-1]).float(), dim=-1)
+        # DeepSeek-V2's gate is not an nn.Linear (it returns the chosen experts): its logits are
+        # recomputed from its input and weight.
+        logits = output if isinstance(module, torch.nn.Linear) else inputs[0] @ module.weight.t()
+        probs = torch.softmax(logits.reshape(-1, logits.shape[-1]).float(), dim=-1)
         top = torch.topk(probs, self.k + 1, dim=-1).values
         self.min_gap = min(self.min_gap, float((top[:, self.k - 1] - top[:, self.k]).min()))
         self.calls += 1
@@ -445,6 +458,8 @@ def build_once(spec, seed, out_root, llama_cpp, work):
 
     model = transformers.AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32, attn_implementation="eager")
     model.eval()
+    if spec.get("patch"):
+        spec["patch"](model)
     hf_tok = tok.load(hf)
     vocab_size = model.config.vocab_size
     assert vocab_size == len(hf_tok) == tok.vocab_size(), (vocab_size, len(hf_tok), tok.vocab_size())
@@ -488,6 +503,20 @@ def build_once(spec, seed, out_root, llama_cpp, work):
     print(f"{name}: vocab {vocab_size}, {size / 1024:.0f} KiB, max |logit| {max_logit:.3f}, "
           f"min greedy margin {min_margin:.5f}{extra}, seed {seed}, {len(keys)} GGUF keys", flush=True)
     return True, ""
+
+
+def deepseek_yarn_softmax_scale(model):
+    """DeepSeek's YaRN multiplies the softmax scale by mscale(factor, mscale_all_dim)^2 (DeepSeek-V2's
+    own modeling code, and transformers' DeepseekV3Attention); transformers 4.57's
+    DeepseekV2Attention leaves it out, so the reference applies it here."""
+    rs = model.config.rope_scaling
+    mscale = 0.1 * rs["mscale_all_dim"] * math.log(rs["factor"]) + 1.0
+    patched = 0
+    for module in model.modules():
+        if type(module).__name__ == "DeepseekV2Attention":
+            module.scaling = module.scaling * mscale * mscale
+            patched += 1
+    assert patched == model.config.num_hidden_layers, patched
 
 
 def specs(lines):
@@ -644,6 +673,45 @@ def specs(lines):
         tie_word_embeddings=False, bos_token_id=None, eos_token_id=eos, pad_token_id=None,
         architectures=["OlmoeForCausalLM"], **moe)
     out.append(dict(name="olmoe", cls=T.OlmoeForCausalLM, config=cfg, tok=tok, seed=22, top_k=2))
+
+    # DeepSeek-V2: multi-head latent attention (K/V through a rank-24 latent, queries directly
+    # (Lite) or through a rank-20 latent; value heads of 12, key heads of 16 + 8 rotary), one
+    # leading dense layer, then MoE layers with two shared experts (no gate) and routed weights
+    # scaled by 1.5, not renormalized.
+    for suffix, q_rank in (("_lite", None), ("", 20)):
+        tok, eos = bpe(380)
+        cfg = T.DeepseekV2Config(
+            vocab_size=tok.vocab_size(), hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+            num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, n_shared_experts=2,
+            n_routed_experts=4, num_experts_per_tok=2, routed_scaling_factor=1.5, kv_lora_rank=24,
+            q_lora_rank=q_rank, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, topk_method="greedy",
+            n_group=1, topk_group=1, norm_topk_prob=False, first_k_dense_replace=1, max_position_embeddings=512,
+            rms_norm_eps=1e-6, rope_theta=10000.0, rope_scaling=None, attention_bias=False,
+            tie_word_embeddings=False, bos_token_id=eos, eos_token_id=eos, pad_token_id=None,
+            architectures=["DeepseekV2ForCausalLM"])
+        out.append(dict(name="deepseek2" + suffix, cls=T.DeepseekV2ForCausalLM, config=cfg, tok=tok,
+                        seed=23 + (100 if q_rank else 0), top_k=2))
+
+    # YaRN as Qwen2.5's long-context configs use it (no mscale keys: cos and sin scaled by
+    # 1 + 0.1 ln factor): factor 4 over an original context of 64, 8 rotary pairs of head 16.
+    tok, eos = bpe(380)
+    cfg_q = T.Qwen2Config(
+        vocab_size=tok.vocab_size(), num_hidden_layers=3, rms_norm_eps=1e-6, rope_theta=10000.0,
+        rope_scaling=dict(type="yarn", factor=4.0, original_max_position_embeddings=64), use_sliding_window=False,
+        tie_word_embeddings=False, bos_token_id=eos, eos_token_id=eos, architectures=["Qwen2ForCausalLM"],
+        **dict(common, max_position_embeddings=256))
+    out.append(dict(name="qwen2_yarn", cls=T.Qwen2ForCausalLM, config=cfg_q, tok=tok, seed=26))
+
+    # DeepSeek-V2-Lite's YaRN (mscale = mscale_all_dim, as its config.json), scaled down: factor 8
+    # over an original context of 64, so of the 4 rotary pairs the first keeps its frequency, the
+    # second mixes, the last two are interpolated.
+    tok, eos = bpe(380)
+    yarn = dict(type="yarn", factor=8.0, original_max_position_embeddings=64, beta_fast=32.0, beta_slow=1.0,
+                mscale=0.707, mscale_all_dim=0.707)
+    cfg = T.DeepseekV2Config(**dict(cfg.to_dict(), q_lora_rank=None, rope_scaling=yarn, vocab_size=tok.vocab_size(),
+                                    bos_token_id=eos, eos_token_id=eos))
+    out.append(dict(name="deepseek2_yarn", cls=T.DeepseekV2ForCausalLM, config=cfg, tok=tok, seed=25, top_k=2,
+                    patch=deepseek_yarn_softmax_scale))
     return out
 
 

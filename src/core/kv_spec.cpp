@@ -60,9 +60,10 @@ DType parse_kv_type(std::string_view name) {
 }
 
 std::string KvCacheSpec::describe() const {
-  std::string s = k_type == v_type ? std::string(kv_type_name(k_type))
+  std::string s = k_type == v_type || value_in_key ? std::string(kv_type_name(k_type))
                                    : fmt::format("{}/{}", kv_type_name(k_type), kv_type_name(v_type));
   if (rotate) s += " rotated";
+  if (value_in_key) s += " (latent: V in K)";
   return s;
 }
 
@@ -77,6 +78,10 @@ void validate_kv_spec(const KvCacheSpec& spec) {
            "bf16, fp8 or f32 for its {} cache",
            kv_type_name(type), block, spec.head_dim, what);
     }
+  }
+  if (spec.value_in_key && spec.v_type != spec.k_type) {
+    fail("this model's values are part of its keys (latent attention stores one latent per token): the V cache "
+         "type ({}) must equal the K type ({})", kv_type_name(spec.v_type), kv_type_name(spec.k_type));
   }
   if (spec.n_kv_head <= 0) fail("internal: a KV cache needs at least one KV head");
   if (spec.block_size <= 0) fail("KV block size must be positive, got {}", spec.block_size);

@@ -29,6 +29,9 @@ struct KvCacheSpec {
   // Hadamard rotation of K and Q per head (orthonormal, so q . k is unchanged; spreads outliers
   // before K is quantized).
   bool rotate = false;
+  // Latent attention (DeepSeek-V2's MLA): a token's value is the first part of its key, so only K
+  // is stored and V reads K's rows (v_type must equal k_type).
+  bool value_in_key = false;
   // Streaming (StreamingLLM): when rolling_window > 0, full-attention layers see the first
   // sink_tokens positions plus the most recent rolling_window - sink_tokens, and a sequence may
   // run past the window with bounded memory. rolling_window == 0: off.
@@ -41,8 +44,8 @@ struct KvCacheSpec {
   // Bytes of one row (one token, one KV head) of K / of V.
   int64_t k_row_bytes() const { return dtype_row_bytes(k_type, head_dim); }
   int64_t v_row_bytes() const { return dtype_row_bytes(v_type, head_dim); }
-  // K plus V of one token in one layer.
-  int64_t token_bytes() const { return n_kv_head * (k_row_bytes() + v_row_bytes()); }
+  // K plus V of one token in one layer (K alone when value_in_key).
+  int64_t token_bytes() const { return n_kv_head * (k_row_bytes() + (value_in_key ? 0 : v_row_bytes())); }
   // K plus V of one block in one layer.
   int64_t block_bytes() const { return int64_t(block_size) * token_bytes(); }
   // "f16" or "q8_0/q4_0" (K/V) for logs.

@@ -1,6 +1,7 @@
 // The decoder forward pass shared by every architecture, over a flattened batch (all sequences'
 // tokens in one [T, width] activation matrix). Per layer:
-//   h = Norm(x); q, k, v = h W (+ b); [q/k norm]; [RoPE]; [Hadamard rotation of q, k]; write K/V
+//   h = Norm(x); q, k, v = h W (+ b) (latent attention: mla_attention.h); [q/k norm]; [RoPE];
+//   [Hadamard rotation of q, k]; write K/V
 //   to the paged cache in its types; paged attention (windowed on sliding layers, rolling window
 //   with sinks when streaming, [soft-capped scores]); o = attn W_o (+ b); [Norm(o)]; [o *= r]; x += o
 //   h = Norm(x) (or, parallel block, the attention's h); m = W_down (act(h W_gate) * h W_up)
@@ -246,6 +247,29 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
   no_rope.n_rot = 0;
   attn.softcap = c.attn_logit_softcap;
 
+  // After attention's output projection (s.proj): its post-norm and scale, the residual add, the
+  // MLP, and the residual add fused with the next layer's input norm.
+  auto finish_attention = [&](int64_t il, const LayerWeights& l) {
+    if (c.post_norms) norm(s.proj.data(), l.post_attn_norm, nullptr, T, c.n_embd, s.proj.data());
+    if (c.residual_scale != 1.0f) backend.scale(s.proj.data(), c.residual_scale, T * c.n_embd);
+    if (c.parallel_block) {
+      // x += o; the MLP reads the same normed input as attention did.
+      backend.add(s.hidden.data(), s.proj.data(), T * c.n_embd);
+    } else {
+      // x += o; h = norm(x) for the MLP.
+      add_norm(s.hidden.data(), s.proj.data(), l.ffn_norm, l.ffn_norm_b, s.normed.data());
+    }
+    mlp(il, l);
+    if (il + 1 < sh.layer_end) {
+      // x += m; h = norm(x) for the next layer's attention.
+      const LayerWeights& next = weights_.layers[size_t(il + 1)];
+      add_norm(s.hidden.data(), s.proj.data(), next.attn_norm, next.attn_norm_b, s.normed.data());
+    } else {
+      // The stage's last layer (the next stage, or the head, normalizes): the same sum as fused.
+      backend.add(s.hidden.data(), s.proj.data(), T * c.n_embd);
+    }
+  };
+
   // The first layer's input norm; every later one is fused with the residual add before it.
   const LayerWeights& first = weights_.layers[size_t(sh.layer_begin)];
   norm(s.hidden.data(), first.attn_norm, first.attn_norm_b, T, c.n_embd, s.normed.data());
@@ -255,6 +279,34 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
     // Attention block; s.normed holds the layer's input norm of x.
     // Every weight view is read after the observer has seen its input: an observer may replace
     // the matrix in between (GPTQ quantizes layer by layer that way).
+    // The layer's KV-cache group decides where its K/V live and what it sees.
+    const int g = kv.layout.layer_group[size_t(il)];
+    const KvGroupBatch& group = batch.kv_groups[size_t(g)];
+    attn.block_tables = group.block_tables.data();
+    attn.max_blocks_per_seq = group.max_blocks_per_seq;
+    attn.window = kv.layout.group_windows[size_t(g)];
+    attn.sinks = kv.layout.group_sinks[size_t(g)];
+    attn.sink_rope = c.has_rope(il) ? &rope : &no_rope;
+    if (c.mla.enabled()) {
+      // Latent attention (mla_attention.h): one shared latent KV head, also the value.
+      if (observer) fail("{}: calibration (imatrix, GPTQ, AWQ) does not support latent attention yet", file_->name());
+      if (kv.spec.rotate || attn.sinks > 0) {
+        fail("{}: latent attention cannot use a Hadamard-rotated cache or attention sinks (their rotations assume "
+             "the RoPE dimensions lead each head)", file_->name());
+      }
+      rope.freq_base = c.rope_freq_base;
+      mla_queries_and_keys(backend, c, l.mla, s.normed.data(), T, batch.positions.data(), rope, s.mla, s.q.data(),
+                           s.k.data());
+      backend.kv_write(kv.layers[size_t(il)], s.k.data(), s.k.data(), group.slot_mapping.data(), T, 1,
+                       int(c.head_dim));
+      backend.paged_attention(attn, s.q.data(), kv.layers[size_t(il)], s.attn.data());
+      s.values.resize(size_t(T * c.attn_out_width()));
+      mla_values(backend, c, l.mla, s.attn.data(), T, s.mla, s.values.data());
+      backend.matmul(l.wo, s.values.data(), T, s.proj.data());
+      if (l.bo) backend.add_row(s.proj.data(), l.bo, T, c.n_embd);
+      finish_attention(il, l);
+      continue;
+    }
     if (observer) {
       for (LinearKind k : {LinearKind::AttnQ, LinearKind::AttnK, LinearKind::AttnV}) {
         observer->observe(il, k, s.normed.data(), T, c.n_embd);
@@ -282,38 +334,13 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
       backend.hadamard(s.q.data(), T * n_head, int(c.head_dim));
       backend.hadamard(s.k.data(), T * n_head_kv, int(c.head_dim));
     }
-    // The layer's KV-cache group decides where its K/V live and what it sees.
-    const int g = kv.layout.layer_group[size_t(il)];
-    const KvGroupBatch& group = batch.kv_groups[size_t(g)];
     backend.kv_write(kv.layers[size_t(il)], s.k.data(), s.v.data(), group.slot_mapping.data(), T,
                      int(n_head_kv), int(c.head_dim));
-    attn.block_tables = group.block_tables.data();
-    attn.max_blocks_per_seq = group.max_blocks_per_seq;
-    attn.window = kv.layout.group_windows[size_t(g)];
-    attn.sinks = kv.layout.group_sinks[size_t(g)];
-    attn.sink_rope = c.has_rope(il) ? &rope : &no_rope;
     backend.paged_attention(attn, s.q.data(), kv.layers[size_t(il)], s.attn.data());
     if (observer) observer->observe(il, LinearKind::AttnOutput, s.attn.data(), T, c.q_width());
     row_parallel(l.wo, s.attn.data(), q_widths, s.proj.data());
     if (l.bo) backend.add_row(s.proj.data(), l.bo, T, c.n_embd);
-    if (c.post_norms) norm(s.proj.data(), l.post_attn_norm, nullptr, T, c.n_embd, s.proj.data());
-    if (c.residual_scale != 1.0f) backend.scale(s.proj.data(), c.residual_scale, T * c.n_embd);
-    if (c.parallel_block) {
-      // x += o; the MLP reads the same normed input as attention did.
-      backend.add(s.hidden.data(), s.proj.data(), T * c.n_embd);
-    } else {
-      // x += o; h = norm(x) for the MLP.
-      add_norm(s.hidden.data(), s.proj.data(), l.ffn_norm, l.ffn_norm_b, s.normed.data());
-    }
-    mlp(il, l);
-    if (il + 1 < sh.layer_end) {
-      // x += m; h = norm(x) for the next layer's attention.
-      const LayerWeights& next = weights_.layers[size_t(il + 1)];
-      add_norm(s.hidden.data(), s.proj.data(), next.attn_norm, next.attn_norm_b, s.normed.data());
-    } else {
-      // The stage's last layer (the next stage, or the head, normalizes): the same sum as fused.
-      backend.add(s.hidden.data(), s.proj.data(), T * c.n_embd);
-    }
+    finish_attention(il, l);
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "core/kv_spec.h"
+#include "model/mla_attention.h"
 #include "model/moe_ffn.h"
 
 namespace kestrel {
@@ -57,6 +58,8 @@ struct ForwardScratch {
   std::vector<float> hidden, normed, q, k, v, attn, proj, gate, up, logits_in;
   std::vector<float> gathered, gathered_rows, own_rows, logits_local;  // tensor-parallel gathers
   MoeScratch moe;                                                      // Mixture-of-Experts layers
+  MlaScratch mla;                                                      // latent attention
+  std::vector<float> values;                                           // [T][attn_out_width] (MLA)
 };
 
 }  // namespace kestrel

@@ -89,6 +89,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& 
     fail("{}: architecture '{}' normalizes q and k across all heads at once, which --tp cannot split yet",
          model->file_->name(), model->config_.architecture);
   }
+  if (request.tp_size > 1 && model->config_.mla.enabled()) {
+    fail("{}: tensor parallelism (--tp) does not support latent attention ('{}') yet (pipeline parallelism, --pp, "
+         "does)", path, model->config_.architecture);
+  }
   if (request.tp_size > 1 && model->config_.moe.enabled()) {
     fail("{}: tensor parallelism (--tp) does not support the Mixture-of-Experts architecture '{}' yet "
          "(pipeline parallelism, --pp, does)", path, model->config_.architecture);
@@ -247,6 +251,9 @@ void Model::load_weights() {
     weights_.rope_factors_long = vector_tensor("rope_factors_long.weight", c.n_rot / 2);
     weights_.rope_factors_short = vector_tensor("rope_factors_short.weight", c.n_rot / 2);
   }
+  if (!c.rope_yarn_divisors.empty() && (has_long || file_->find_tensor("rope_freqs.weight") != nullptr)) {
+    fail("{}: YaRN scaling together with rope_freqs / LongRoPE factors is not supported", file_->name());
+  }
   if (file_->find_tensor("rope_freqs.weight") != nullptr) {
     weights_.rope_freq_factors = vector_tensor("rope_freqs.weight", c.n_rot / 2);
   }
@@ -259,13 +266,55 @@ void Model::load_layer(int64_t il) {
   const RankSlice& me = shard_.mine();
   const std::string p = fmt::format("blk.{}.", il);
   LayerWeights& l = weights_.layers[size_t(il)];
-  const int64_t hd = c.head_dim, qw = c.q_width(), kvw = c.kv_width();
-  const int64_t q0 = me.q_head_begin * hd, q1 = me.q_head_end * hd;
-  const int64_t kv0 = me.kv_head_begin * hd, kv1 = me.kv_head_end * hd;
+  // This rank's heads' columns of attn_output (MLA: value heads of v_dim).
+  const int64_t out_hd = c.attn_out_width() / c.n_head;
+  const int64_t q0 = me.q_head_begin * out_hd, q1 = me.q_head_end * out_hd;
   if (c.input_norms) {
     l.attn_norm = vector_tensor(p + "attn_norm.weight", c.n_embd);
     l.attn_norm_b = optional_vector(p + "attn_norm.bias", c.n_embd);
   }
+  if (c.mla.enabled()) {
+    load_mla_layer_attention(il);
+  } else {
+    load_attention(il);
+  }
+  const WeightView wo = matrix_tensor(p + "attn_output.weight", c.n_embd, c.attn_out_width());
+  // Output rows over gathered inputs (whole rows, in place), or row-parallel (Megatron): this
+  // rank's input columns, partial sums all-reduced. Row-parallel outputs' biases are added once to
+  // the full sums.
+  l.wo = shard_.tp_deterministic ? rows_of(wo, me.embd_begin, me.embd_end) : columns_of(wo, q0, q1);
+  l.bo = optional_vector(p + "attn_output.bias", c.n_embd);
+  if (c.input_norms && !c.parallel_block) {
+    l.ffn_norm = vector_tensor(p + "ffn_norm.weight", c.n_embd);
+    l.ffn_norm_b = optional_vector(p + "ffn_norm.bias", c.n_embd);
+  }
+  if (c.post_norms) {
+    l.post_attn_norm = vector_tensor(p + "post_attention_norm.weight", c.n_embd);
+    l.post_ffn_norm = vector_tensor(p + "post_ffw_norm.weight", c.n_embd);
+  }
+  if (is_moe_layer(*file_, c, il)) {  // router and experts instead of the dense FFN (one rank: no split)
+    l.moe = load_moe_layer(*file_, c, il, owned_vectors_);
+    return;
+  }
+  load_dense_mlp(il);
+}
+
+// Latent attention (mla_attention.h): one rank, whole heads. attn_q (if any) is also wq, so that
+// the per-tensor tools (eval --per-tensor) see it.
+void Model::load_mla_layer_attention(int64_t il) {
+  LayerWeights& l = weights_.layers[size_t(il)];
+  l.mla = load_mla_layer(*file_, config_, il, owned_vectors_);
+  l.wq = l.mla.q;
+}
+
+void Model::load_attention(int64_t il) {
+  const ModelConfig& c = config_;
+  const RankSlice& me = shard_.mine();
+  const std::string p = fmt::format("blk.{}.", il);
+  LayerWeights& l = weights_.layers[size_t(il)];
+  const int64_t hd = c.head_dim, qw = c.q_width(), kvw = c.kv_width();
+  const int64_t q0 = me.q_head_begin * hd, q1 = me.q_head_end * hd;
+  const int64_t kv0 = me.kv_head_begin * hd, kv1 = me.kv_head_end * hd;
   // Q, K and V: three tensors, or one attn_qkv of [qw + 2 kvw] rows (Phi-3) viewed in three parts.
   WeightView q, k, v;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
@@ -313,24 +362,13 @@ void Model::load_layer(int64_t il) {
       l.k_norm = vector_tensor(p + "attn_k_norm.weight", kvw);
       break;
   }
-  const WeightView wo = matrix_tensor(p + "attn_output.weight", c.n_embd, qw);
-  // Output rows over gathered inputs (whole rows, in place), or row-parallel (Megatron): this
-  // rank's input columns, partial sums all-reduced. Row-parallel outputs' biases are added once to
-  // the full sums.
-  l.wo = shard_.tp_deterministic ? rows_of(wo, me.embd_begin, me.embd_end) : columns_of(wo, q0, q1);
-  l.bo = optional_vector(p + "attn_output.bias", c.n_embd);
-  if (c.input_norms && !c.parallel_block) {
-    l.ffn_norm = vector_tensor(p + "ffn_norm.weight", c.n_embd);
-    l.ffn_norm_b = optional_vector(p + "ffn_norm.bias", c.n_embd);
-  }
-  if (c.post_norms) {
-    l.post_attn_norm = vector_tensor(p + "post_attention_norm.weight", c.n_embd);
-    l.post_ffn_norm = vector_tensor(p + "post_ffw_norm.weight", c.n_embd);
-  }
-  if (is_moe_layer(*file_, c, il)) {  // router and experts instead of the dense FFN (one rank: no split)
-    l.moe = load_moe_layer(*file_, c, il, owned_vectors_);
-    return;
-  }
+}
+
+void Model::load_dense_mlp(int64_t il) {
+  const ModelConfig& c = config_;
+  const RankSlice& me = shard_.mine();
+  const std::string p = fmt::format("blk.{}.", il);
+  LayerWeights& l = weights_.layers[size_t(il)];
   const WeightView down = matrix_tensor(p + "ffn_down.weight", c.n_embd, c.n_ff);
   l.w_down = shard_.tp_deterministic ? rows_of(down, me.embd_begin, me.embd_end)
                                      : columns_of(down, me.ff_begin, me.ff_end);
@@ -394,6 +432,7 @@ KvCacheSpec Model::kv_spec(DType k_type, DType v_type, int block_size) const {
   spec.block_size = block_size;
   spec.n_kv_head = local_kv_heads();
   spec.head_dim = config_.head_dim;
+  spec.value_in_key = config_.mla.enabled();
   return spec;
 }
 

@@ -14,6 +14,7 @@
 #include "model/forward_batch.h"
 #include "model/model_config.h"
 #include "model/model_shard.h"
+#include "model/mla_attention.h"
 #include "model/moe_weights.h"
 
 namespace kestrel {
@@ -31,7 +32,7 @@ struct LayerWeights {
   const float* bv = nullptr;         // [n_head_kv * head_dim]
   const float* q_norm = nullptr;     // QkNorm: PerHead [head_dim], PerHeadEach [n_head][head_dim], Full [n_head * head_dim]
   const float* k_norm = nullptr;     // the same with n_head_kv
-  WeightView wo;                     // [n_embd][n_head * head_dim]
+  WeightView wo;                     // [n_embd][attn_out_width()]
   const float* bo = nullptr;         // [n_embd]
   const float* post_attn_norm = nullptr;  // [n_embd]           (post_norms)
   const float* ffn_norm = nullptr;   // [n_embd]; null when parallel_block or !input_norms
@@ -44,6 +45,7 @@ struct LayerWeights {
   const float* b_down = nullptr;     // [n_embd]
   const float* post_ffn_norm = nullptr;   // [n_embd]           (post_norms)
   MoeLayerWeights moe;               // a MoE layer's router and experts (then w_gate/up/down are empty)
+  MlaLayerWeights mla;               // latent attention's tensors (then wq is attn_q if any; wk, wv empty)
 
   // The linear matrix of `kind` (not LinearKind::Output, which is the model's).
   WeightView& matrix(LinearKind kind);
@@ -62,6 +64,7 @@ struct ModelWeights {
   // The frequency divisors for a cache serving sequences of up to context_length positions (0:
   // the model's training context), or null.
   const float* rope_factors_for(int64_t context_length, const ModelConfig& c) const {
+    if (!c.rope_yarn_divisors.empty()) return c.rope_yarn_divisors.data();  // the loader refuses YaRN + factors
     if (rope_freq_factors != nullptr || rope_factors_long == nullptr) return rope_freq_factors;
     const int64_t context = context_length > 0 ? context_length : c.n_ctx_train;
     return c.rope_orig_ctx > 0 && context > c.rope_orig_ctx ? rope_factors_long : rope_factors_short;
@@ -136,6 +139,9 @@ class Model {
   void read_vocab_size();  // n_vocab from token_embd, checked against the tokenizer's
   void load_weights();
   void load_layer(int64_t il);
+  void load_attention(int64_t il);            // q/k/v (fused or not), their biases and norms
+  void load_mla_layer_attention(int64_t il);  // latent attention's tensors
+  void load_dense_mlp(int64_t il);            // gate/up/down (fused or not) and biases
   // Rows [begin, end) of `w`, in place; columns [begin, end) of every row, repacked.
   static WeightView rows_of(const WeightView& w, int64_t begin, int64_t end);
   WeightView columns_of(const WeightView& w, int64_t begin, int64_t end);

@@ -1,6 +1,8 @@
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 
 #include <fmt/format.h>
 
@@ -22,6 +24,53 @@ int64_t optional_positive(const gguf::GgufFile& file, const std::string& key, in
   return file.get_uint(key) ? require_positive(file, key) : fallback;
 }
 
+// llama.cpp's YaRN multiplier of a context `scale` times the original: 1 + 0.1 m ln(scale).
+float yarn_mscale(float scale, float m) { return scale <= 1.0f ? 1.0f : 1.0f + 0.1f * m * std::log(scale); }
+
+// YaRN (rope.scaling.type "yarn") as llama.cpp applies it. Rotary pair i's angle is
+// pos * base^(-2i/n_rot) * (mix_i + (1 - mix_i) / factor), where mix_i ramps from 1 (pairs that
+// turn fewer than beta_fast times over the original context: kept) down to 0 (more than beta_slow
+// times: interpolated by the factor), times ext_factor; so it is a per-pair frequency divisor
+// (rope_yarn_divisors). cos and sin are scaled by llama.cpp's YaRN magnitude: 1 + 0.1 ln(factor),
+// or with rope.scaling.yarn_log_multiplier L (mscale_all_dim) mscale(m) / mscale(L), where m is L
+// for DeepSeek-V2 (its converter writes 0.1 L) and 1 otherwise.
+void read_yarn(const gguf::GgufFile& file, ModelConfig& c, float factor) {
+  const std::string p = c.architecture + ".rope.scaling.";
+  const float beta_fast = float(file.get_float(p + "yarn_beta_fast").value_or(32.0));
+  const float beta_slow = float(file.get_float(p + "yarn_beta_slow").value_or(1.0));
+  const float ext_factor = float(file.get_float(p + "yarn_ext_factor").value_or(1.0));
+  float log_mul = float(file.get_float(p + "yarn_log_multiplier").value_or(0.0));
+  if (c.architecture == "deepseek2") log_mul /= 0.1f;
+  if (!(beta_fast > 0.0f) || !(beta_slow > 0.0f) || !(ext_factor >= 0.0f) || !std::isfinite(log_mul)) {
+    fail("{}: YaRN parameters out of range (beta_fast {}, beta_slow {}, ext_factor {}, log multiplier {})", file.name(),
+         beta_fast, beta_slow, ext_factor, log_mul);
+  }
+  const float n_ctx_orig = float(c.rope_orig_ctx > 0 ? c.rope_orig_ctx : c.n_ctx_train);
+  const float n_rot = float(c.n_rot), base = c.rope_freq_base;
+  auto correction_dim = [&](float rotations) {
+    return n_rot * std::log(n_ctx_orig / (rotations * 2.0f * std::numbers::pi_v<float>)) / (2.0f * std::log(base));
+  };
+  const float low = std::max(0.0f, std::floor(correction_dim(beta_fast)));
+  const float high = std::min(n_rot - 1.0f, std::ceil(correction_dim(beta_slow)));
+  c.rope_yarn_divisors.resize(size_t(c.n_rot / 2));
+  for (int i = 0; i < c.n_rot / 2; ++i) {
+    const float y = (float(i) - low) / std::max(0.001f, high - low);
+    const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * ext_factor;
+    c.rope_yarn_divisors[size_t(i)] = 1.0f / (mix + (1.0f - mix) / factor);
+  }
+  // The cos/sin magnitude (llama.cpp: yarn_attn_factor, with its 1 / (1 + 0.1 ln factor) undone
+  // by rope_yarn's ext_factor branch).
+  float magnitude = yarn_mscale(factor, 1.0f);
+  if (log_mul != 0.0f) {
+    const float m = c.architecture == "deepseek2" && log_mul != 1.0f ? log_mul : 1.0f;
+    magnitude = yarn_mscale(factor, m) / yarn_mscale(factor, log_mul);
+  }
+  if (ext_factor == 0.0f) magnitude /= yarn_mscale(factor, 1.0f);
+  c.rope_attn_factor *= magnitude;
+  c.rope_yarn_log_mul = log_mul;
+  c.rope_yarn_factor = factor;
+}
+
 // The keys every Llama-like architecture shares.
 void read_common(const gguf::GgufFile& file, ModelConfig& c) {
   const std::string p = c.architecture + ".";
@@ -36,8 +85,9 @@ void read_common(const gguf::GgufFile& file, ModelConfig& c) {
          c.n_embd, c.n_head);
   }
   c.head_dim = optional_positive(file, p + "attention.key_length", c.n_embd / c.n_head);
+  // MLA's value is the first kv_lora_rank values of its latent key (read_mla).
   if (auto value_length = file.get_uint(p + "attention.value_length");
-      value_length && int64_t(*value_length) != c.head_dim) {
+      value_length && int64_t(*value_length) != c.head_dim && !file.get_uint(p + "attention.kv_lora_rank")) {
     fail("{}: attention.value_length {} differs from key_length {}; not supported", file.name(),
          *value_length, c.head_dim);
   }
@@ -59,18 +109,24 @@ void read_common(const gguf::GgufFile& file, ModelConfig& c) {
          c.n_rot, c.head_dim);
   }
   c.rope_freq_base = float(file.get_float(p + "rope.freq_base").value_or(10000.0));
-  if (auto type = file.get_string(p + "rope.scaling.type"); type && *type != "none") {
-    if (*type != "linear") {
-      fail("{}: rope.scaling.type '{}' is not supported (supported: none, linear)", file.name(), *type);
-    }
-    const double factor = file.require_float(p + "rope.scaling.factor");
-    if (!(factor > 0.0)) fail("{}: rope.scaling.factor {} must be positive", file.name(), factor);
-    c.rope_freq_scale = float(1.0 / factor);
-  }
   c.rope_orig_ctx = int64_t(file.get_uint(p + "rope.scaling.original_context_length").value_or(0));
   c.rope_attn_factor = float(file.get_float(p + "rope.scaling.attn_factor").value_or(1.0));
   if (!(c.rope_attn_factor > 0.0f) || !std::isfinite(c.rope_attn_factor)) {
     fail("{}: rope.scaling.attn_factor {} must be positive", file.name(), c.rope_attn_factor);
+  }
+  if (auto type = file.get_string(p + "rope.scaling.type"); type && *type != "none") {
+    if (*type != "linear" && *type != "yarn") {
+      fail("{}: rope.scaling.type '{}' is not supported (supported: none, linear, yarn)", file.name(), *type);
+    }
+    const double factor = file.require_float(p + "rope.scaling.factor");
+    if (!(factor > 0.0) || !std::isfinite(factor)) {
+      fail("{}: rope.scaling.factor {} must be positive", file.name(), factor);
+    }
+    if (*type == "linear") {
+      c.rope_freq_scale = float(1.0 / factor);
+    } else {
+      read_yarn(file, c, float(factor));
+    }
   }
   if (auto window = file.get_uint(p + "attention.sliding_window"); window && *window > 0) {
     c.sliding_window = int(std::min<uint64_t>(*window, uint64_t(1) << 30));
@@ -203,6 +259,43 @@ bool apply_dense_variant(const gguf::GgufFile& file, ModelConfig& c) {
   return false;
 }
 
+// DeepSeek-V2's latent attention as llama.cpp's converter writes it: key_length is the latent key
+// (kv_lora_rank + rope), value_length kv_lora_rank, key_length_mla / value_length_mla the
+// decompressed heads, head_count_kv 1.
+void read_mla(const gguf::GgufFile& file, ModelConfig& c) {
+  const std::string p = c.architecture + ".";
+  MlaConfig& m = c.mla;
+  m.kv_lora_rank = require_positive(file, p + "attention.kv_lora_rank");
+  m.q_lora_rank = int64_t(file.get_uint(p + "attention.q_lora_rank").value_or(0));
+  if (file.find_tensor("blk.0.attn_q_a.weight") == nullptr) m.q_lora_rank = 0;  // Lite: attn_q (llama.cpp's rule)
+  m.rope_dim = c.n_rot;
+  const int64_t k_mla = require_positive(file, p + "attention.key_length_mla");
+  m.v_dim = require_positive(file, p + "attention.value_length_mla");
+  m.nope_dim = k_mla - m.rope_dim;
+  if (m.nope_dim <= 0) {
+    fail("{}: {}attention.key_length_mla {} must exceed rope.dimension_count {}", file.name(), p, k_mla, m.rope_dim);
+  }
+  if (c.head_dim != m.kv_lora_rank + m.rope_dim) {
+    fail("{}: {}attention.key_length {} must be kv_lora_rank {} + rope.dimension_count {} (the latent key)",
+         file.name(), p, c.head_dim, m.kv_lora_rank, m.rope_dim);
+  }
+  if (auto v = file.get_uint(p + "attention.value_length"); v && int64_t(*v) != m.kv_lora_rank) {
+    fail("{}: {}attention.value_length {} must be kv_lora_rank {} (the latent value)", file.name(), p, *v,
+         m.kv_lora_rank);
+  }
+  if (c.n_head_kv != 1) {
+    fail("{}: {}attention.head_count_kv is {}; latent attention has one shared latent head (1)", file.name(), p,
+         c.n_head_kv);
+  }
+  c.attention_scale = 1.0f / std::sqrt(float(k_mla));
+  if (!c.rope_yarn_divisors.empty()) {
+    // DeepSeek's YaRN also scales the attention logits by the square of the magnitude with
+    // mscale_all_dim (llama.cpp's kq_scale; DeepSeek's softmax_scale * mscale^2).
+    const float m = c.rope_attn_factor * yarn_mscale(c.rope_yarn_factor, c.rope_yarn_log_mul);
+    c.attention_scale *= m * m;
+  }
+}
+
 // Each supported architecture: what differs from Llama. The forward pass is shared.
 void apply_architecture(const gguf::GgufFile& file, ModelConfig& c) {
   const std::string& a = c.architecture;
@@ -221,6 +314,12 @@ void apply_architecture(const gguf::GgufFile& file, ModelConfig& c) {
   if (a == "qwen3" || a == "qwen3moe") {
     c.qk_norm = QkNorm::PerHead;
     c.rope_neox = true;
+    return;
+  }
+  if (a == "deepseek2") {
+    // DeepSeek-V2 / V2-Lite: latent attention (read_mla), interleaved RoPE on the rotary part only,
+    // leading dense layers then MoE layers with ungated shared experts (moe_config.h).
+    read_mla(file, c);
     return;
   }
   if (a == "gemma3") {
@@ -248,7 +347,8 @@ void apply_architecture(const gguf::GgufFile& file, ModelConfig& c) {
 const std::vector<std::string>& supported_architectures() {
   static const std::vector<std::string> kNames = {
       "llama", "mistral", "qwen2",   "qwen3",     "gemma3",   "gemma2",     "phi3",     "granite",
-      "olmo2", "smollm3", "command-r", "stablelm", "starcoder2", "internlm2", "qwen2moe", "qwen3moe", "olmoe"};
+      "olmo2", "smollm3", "command-r", "stablelm", "starcoder2", "internlm2", "qwen2moe", "qwen3moe", "olmoe",
+      "deepseek2"};
   return kNames;
 }
 

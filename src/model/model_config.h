@@ -24,6 +24,23 @@ enum class NormKind { Rms, Layer };
 // StableLM 2 12B); Full: the whole projection [n_head * head_dim] at once (OLMo 2).
 enum class QkNorm { None, PerHead, PerHeadEach, Full };
 
+// Multi-head latent attention (DeepSeek-V2, `<arch>.attention.kv_lora_rank` > 0), run in the
+// absorbed form llama.cpp uses: every query head attends to one shared latent key per token,
+// [kv_lora_rank normed latent | rope_dim rotary part], whose first kv_lora_rank values are also the
+// value. So the cache holds one KV head of head_dim = kv_lora_rank + rope_dim per token (not
+// n_head heads of nope_dim + rope_dim keys and v_dim values), and attention_scale is
+// 1 / sqrt(nope_dim + rope_dim), the scale of the decompressed heads.
+struct MlaConfig {
+  int64_t kv_lora_rank = 0;  // the latent's width; 0: not MLA
+  int64_t q_lora_rank = 0;   // queries through a latent of this width (attn_q_a/_b); 0: one attn_q
+  int64_t nope_dim = 0;      // a query/key head's part without RoPE (qk_nope_head_dim)
+  int64_t rope_dim = 0;      // its rotary part (qk_rope_head_dim, = n_rot)
+  int64_t v_dim = 0;         // a value head after attn_v_b (v_head_dim)
+
+  bool enabled() const { return kv_lora_rank > 0; }
+  int64_t q_head_dim() const { return nope_dim + rope_dim; }  // attn_q's rows per head
+};
+
 struct ModelConfig {
   std::string architecture;  // general.architecture, e.g. "llama", "qwen3", "gemma3"
   std::string name;          // general.name, if any
@@ -32,7 +49,7 @@ struct ModelConfig {
   int64_t n_layer = 0;
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
-  int64_t head_dim = 0;      // key/value length per head
+  int64_t head_dim = 0;      // key/value length per head (MLA: the latent key, MlaConfig)
   int64_t n_ff = 0;          // MLP intermediate size
   int64_t n_ctx_train = 0;   // context length the model was trained for
   float rms_eps = 1e-5f;
@@ -44,7 +61,12 @@ struct ModelConfig {
   // context a cache serves exceeds rope_orig_ctx, rope_factors_short otherwise (as llama.cpp
   // picks them), and cos/sin are scaled by rope_attn_factor either way.
   int64_t rope_orig_ctx = 0;        // rope.scaling.original_context_length; 0: not given
-  float rope_attn_factor = 1.0f;    // rope.scaling.attn_factor
+  float rope_attn_factor = 1.0f;    // rope.scaling.attn_factor (times YaRN's magnitude)
+  // YaRN (rope.scaling.type "yarn"): per rotary pair frequency divisors [n_rot / 2] that mix
+  // the original and the interpolated frequency (model_config.cpp, read_yarn); empty: no YaRN.
+  std::vector<float> rope_yarn_divisors;
+  float rope_yarn_factor = 1.0f;    // rope.scaling.factor under YaRN
+  float rope_yarn_log_mul = 0.0f;   // mscale_all_dim (rope.scaling.yarn_log_multiplier)
 
   // Architecture features (all off for Llama). Biases on any linear layer and on the norms are
   // used wherever the file has them (StableLM, Starcoder2, Granite); qkv_bias makes q/k/v's required.
@@ -67,8 +89,11 @@ struct ModelConfig {
   float rope_freq_base_sliding = 0.0f;  // RoPE base of local layers (Gemma 3); 0: same as global
   float final_logit_softcap = 0.0f;     // 0: none
   MoeConfig moe;                        // Mixture-of-Experts (Mixtral, Qwen2/3-MoE); disabled for dense models
+  MlaConfig mla;                        // DeepSeek-V2's latent attention; disabled otherwise
 
-  int64_t q_width() const { return n_head * head_dim; }
+  int64_t q_width() const { return n_head * head_dim; }  // MLA: the absorbed queries
+  // attn_output's input width: the heads' values (MLA: after attn_v_b).
+  int64_t attn_out_width() const { return mla.enabled() ? n_head * mla.v_dim : q_width(); }
   int64_t kv_width() const { return n_head_kv * head_dim; }
   bool has_rope(int64_t layer) const { return layer_rope.empty() || layer_rope[size_t(layer)]; }
   bool is_sliding(int64_t layer) const {

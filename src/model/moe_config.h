@@ -1,4 +1,4 @@
-// Mixture-of-Experts hyper-parameters (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE): how many experts a MoE
+// Mixture-of-Experts hyper-parameters (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2): how many experts a MoE
 // layer has, how many each token uses, and how the router's scores become expert weights.
 #pragma once
 
@@ -15,7 +15,8 @@ struct MoeConfig {
   int64_t n_expert = 0;        // `<arch>.expert_count`; 0: a dense model
   int64_t n_expert_used = 0;   // `<arch>.expert_used_count`: experts per token (top-k)
   int64_t n_ff_expert = 0;     // one expert's intermediate size
-  int64_t n_ff_shared = 0;     // the shared expert's intermediate size (Qwen2-MoE); 0: none
+  int64_t n_ff_shared = 0;     // the shared expert's intermediate size (Qwen2-MoE, DeepSeek-V2); 0: none
+  bool shared_gated = true;    // the shared expert's output scaled by a sigmoid gate (Qwen2-MoE; not DeepSeek)
   // Routing: weights = softmax(router logits) over all experts, the top n_expert_used kept
   // (ties: the lower expert index), divided by their sum when normalize_top_k (Mixtral, Qwen3-MoE;
   // transformers' norm_topk_prob), then multiplied by weights_scale.
@@ -29,7 +30,8 @@ struct MoeConfig {
 // `expert_shared_feed_forward_length`, `expert_weights_norm`, `expert_weights_scale`,
 // `expert_gating_func`), with each architecture's defaults where llama.cpp's converter writes no
 // key: Mixtral's experts are feed_forward_length wide and renormalized; Qwen2-MoE does not
-// renormalize and has a shared expert; Qwen3-MoE renormalizes; OLMoE does not. n_ff is `<arch>.feed_forward_length`.
+// renormalize and has a shared expert; Qwen3-MoE renormalizes; OLMoE does not; DeepSeek-V2 does
+// not and has expert_shared_count ungated shared experts (group-limited routing is refused). n_ff is `<arch>.feed_forward_length`.
 // Inconsistent values are errors naming the file and key; a dense file gives a disabled config.
 MoeConfig read_moe_config(const gguf::GgufFile& file, const std::string& arch, int64_t n_ff);
 

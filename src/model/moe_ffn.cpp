@@ -117,9 +117,10 @@ void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, Gat
   s.shared_logit.resize(size_t(T));
   backend.gated_ffn(w.shared_gate, w.shared_up, act, x, T, s.shared_act.data());
   backend.matmul(w.shared_down, s.shared_act.data(), T, s.shared_out.data());
-  backend.matmul(w.shared_gate_inp, x, T, s.shared_logit.data());
+  const bool gated = w.shared_gate_inp.data != nullptr;
+  if (gated) backend.matmul(w.shared_gate_inp, x, T, s.shared_logit.data());
   for (int64_t t = 0; t < T; ++t) {
-    const float gate = 1.0f / (1.0f + std::exp(-s.shared_logit[size_t(t)]));
+    const float gate = gated ? 1.0f / (1.0f + std::exp(-s.shared_logit[size_t(t)])) : 1.0f;
     float* o = out + t * n_embd;
     const float* y = s.shared_out.data() + t * n_embd;
     for (int64_t i = 0; i < n_embd; ++i) o[i] += gate * y[i];

@@ -1,9 +1,9 @@
-// A Mixture-of-Experts FFN block (Mixtral, Qwen2-MoE, Qwen3-MoE) on the backend's kernels:
+// A Mixture-of-Experts FFN block (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2) on the backend's kernels:
 //   logits = h . router^T                 [T][n_expert]
 //   p = softmax(logits); the top k experts per token (ties: the lower index); their weights
 //   p_j (/ sum p_j when normalize_top_k) * weights_scale
 //   out[t] = sum_j w[t][j] * down_e(act(gate_e h_t) * up_e h_t)   over the token's experts e = e[t][j]
-//          [+ sigmoid(shared_gate_inp . h_t) * shared_down(act(shared_gate h_t) * shared_up h_t)]
+//          [+ [sigmoid(shared_gate_inp . h_t) *] shared_down(act(shared_gate h_t) * shared_up h_t)]
 // The step's tokens are grouped by expert: each chosen expert runs once, over the rows of the
 // tokens that chose it gathered contiguous, and reads only its own slice of the stacked weights,
 // so a decode step reads k experts' weights, not n_expert's. Each token's terms are then added in

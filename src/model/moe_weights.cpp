@@ -4,16 +4,10 @@
 
 #include "core/error.h"
 #include "loader/gguf_reader.h"
-#include "quant/format.h"
+#include "model/tensor_views.h"
 
 namespace kestrel {
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& dims) {
-  std::string text;
-  for (int64_t d : dims) text += fmt::format("{}{}", text.empty() ? "" : ", ", d);
-  return text;
-}
 
 int64_t moe_key(const gguf::GgufFile& file, const std::string& key, int64_t fallback) {
   const gguf::Value* v = file.find(key);
@@ -33,58 +27,6 @@ int64_t moe_key(const gguf::GgufFile& file, const std::string& key, int64_t fall
   const auto value = v->as_uint();
   if (!value || *value > (uint64_t(1) << 31)) fail("{}: metadata key '{}' must be a count", file.name(), key);
   return int64_t(*value);
-}
-
-const gguf::TensorInfo& require_tensor(const gguf::GgufFile& file, const std::string& name, const std::string& what) {
-  const gguf::TensorInfo* t = file.find_tensor(name);
-  if (t == nullptr) fail("{}: missing tensor '{}' ({})", file.name(), name, what);
-  if (quant::find_format(t->type) == nullptr) {
-    fail("{}: tensor '{}' has type {}, which Kestrel cannot compute with yet", file.name(), name, dtype_name(t->type));
-  }
-  return *t;
-}
-
-// A 2-D matrix [rows][cols] (GGUF dims [cols, rows]).
-WeightView matrix(const gguf::GgufFile& file, const std::string& name, int64_t rows, int64_t cols, const std::string& what) {
-  const gguf::TensorInfo& t = require_tensor(file, name, what);
-  if (t.dims.size() != 2 || t.dims[0] != cols || t.dims[1] != rows) {
-    fail("{}: tensor '{}' ({}) should have shape [{}, {}] (GGUF order) but has [{}]", file.name(), name, what,
-         cols, rows, shape_text(t.dims));
-  }
-  return WeightView{t.type, rows, cols, t.data};
-}
-
-// A stack of n_expert matrices [rows][cols] (GGUF dims [cols, rows, n_expert]) as one 2-D view.
-WeightView expert_stack(const gguf::GgufFile& file, const std::string& name, int64_t n_expert, int64_t rows,
-                        int64_t cols, const std::string& count_key) {
-  const gguf::TensorInfo& t = require_tensor(file, name, "experts");
-  if (t.dims.size() != 3) {
-    fail("{}: tensor '{}' should be 3-D [{}, {}, {}] (GGUF order: columns, rows, experts) but has [{}]",
-         file.name(), name, cols, rows, n_expert, shape_text(t.dims));
-  }
-  if (t.dims[2] != n_expert) {
-    fail("{}: tensor '{}' holds {} experts but {} is {}", file.name(), name, t.dims[2], count_key, n_expert);
-  }
-  if (t.dims[0] != cols || t.dims[1] != rows) {
-    fail("{}: tensor '{}' should have shape [{}, {}, {}] (GGUF order) but has [{}]", file.name(), name, cols,
-         rows, n_expert, shape_text(t.dims));
-  }
-  return WeightView{t.type, n_expert * rows, cols, t.data};
-}
-
-// A 1-D tensor of `length` values as F32 (GGUF dims [length] or [length, 1]).
-const float* vector_of(const gguf::GgufFile& file, const std::string& name, int64_t length,
-                       std::vector<std::vector<float>>& owned) {
-  const gguf::TensorInfo& t = require_tensor(file, name, "shared expert gate");
-  const bool shape_ok = (t.dims.size() == 1 && t.dims[0] == length) ||
-                        (t.dims.size() == 2 && t.dims[0] == length && t.dims[1] == 1);
-  if (!shape_ok) {
-    fail("{}: tensor '{}' should have shape [{}] but has [{}]", file.name(), name, length, shape_text(t.dims));
-  }
-  if (t.type == DType::F32) return reinterpret_cast<const float*>(t.data);
-  std::vector<float>& values = owned.emplace_back(size_t(length));
-  quant::require_format(t.type).dequantize_row(t.data, values.data(), length);
-  return values.data();
 }
 
 }  // namespace
@@ -109,9 +51,23 @@ MoeConfig read_moe_config(const gguf::GgufFile& file, const std::string& arch, i
   m.n_ff_expert = moe_key(file, p + "expert_feed_forward_length", qwen_moe ? n_ff / m.n_expert_used : n_ff);
   if (m.n_ff_expert <= 0) fail("{}: {}expert_feed_forward_length must be positive", file.name(), p);
   if (arch == "qwen2moe") m.n_ff_shared = moe_key(file, p + "expert_shared_feed_forward_length", n_ff);
-  // llama.cpp's converter writes no expert_weights_norm for these: Qwen2-MoE's and OLMoE's
-  // norm_topk_prob is false, Qwen3-MoE's and Mixtral's true (as llama.cpp's graphs hard-code).
-  m.normalize_top_k = file.get_bool(p + "expert_weights_norm").value_or(arch != "qwen2moe" && arch != "olmoe");
+  if (arch == "deepseek2") {
+    // DeepSeek's shared experts are one MLP of expert_shared_count experts' width, ungated.
+    m.n_ff_shared = m.n_ff_expert * moe_key(file, p + "expert_shared_count", 0);
+    m.shared_gated = false;
+    // Group-limited routing (DeepSeek-V2 236B: the best experts of the best groups only).
+    const int64_t groups = moe_key(file, p + "expert_group_count", 1);
+    const int64_t groups_used = moe_key(file, p + "expert_group_used_count", groups);
+    if (groups > 1 && groups_used < groups) {
+      fail("{}: {}expert_group_count {} with expert_group_used_count {}: group-limited routing is not supported "
+           "yet (supported: every group used)", file.name(), p, groups, groups_used);
+    }
+  }
+  // llama.cpp's converter writes no expert_weights_norm for these: Qwen2-MoE's, OLMoE's and
+  // DeepSeek-V2's norm_topk_prob is false, Qwen3-MoE's and Mixtral's true (as llama.cpp's graphs
+  // hard-code).
+  m.normalize_top_k = file.get_bool(p + "expert_weights_norm")
+                          .value_or(arch != "qwen2moe" && arch != "olmoe" && arch != "deepseek2");
   if (auto scale = file.get_float(p + "expert_weights_scale"); scale && *scale != 0.0) {
     if (!(*scale > 0.0)) fail("{}: {}expert_weights_scale {} must be positive", file.name(), p, *scale);
     m.weights_scale = float(*scale);
@@ -124,8 +80,7 @@ MoeConfig read_moe_config(const gguf::GgufFile& file, const std::string& arch, i
 }
 
 WeightView MoeLayerWeights::expert_rows(const WeightView& stack, int64_t e, int64_t rows) {
-  const int64_t row_bytes = quant::row_bytes(quant::require_format(stack.type), stack.cols);
-  return WeightView{stack.type, rows, stack.cols, static_cast<const uint8_t*>(stack.data) + e * rows * row_bytes};
+  return stacked_matrix(stack, e, rows);
 }
 
 bool is_moe_layer(const gguf::GgufFile& file, const ModelConfig& c, int64_t layer) {
@@ -146,18 +101,24 @@ MoeLayerWeights load_moe_layer(const gguf::GgufFile& file, const ModelConfig& c,
     fail("{}: tensor '{}' scores {} experts but {} is {}", file.name(), router.name, router.dims[1], count_key,
          m.n_expert);
   }
-  w.router = matrix(file, p + "ffn_gate_inp.weight", m.n_expert, c.n_embd, "router");
-  w.gate_stack = expert_stack(file, p + "ffn_gate_exps.weight", m.n_expert, m.n_ff_expert, c.n_embd, count_key);
-  w.up_stack = expert_stack(file, p + "ffn_up_exps.weight", m.n_expert, m.n_ff_expert, c.n_embd, count_key);
-  w.down_stack = expert_stack(file, p + "ffn_down_exps.weight", m.n_expert, c.n_embd, m.n_ff_expert, count_key);
-  const bool shared = c.architecture == "qwen2moe" || file.find_tensor(p + "ffn_up_shexp.weight") != nullptr;
+  w.router = matrix_view(file, p + "ffn_gate_inp.weight", m.n_expert, c.n_embd, "router");
+  w.gate_stack = stack_view(file, p + "ffn_gate_exps.weight", m.n_expert, m.n_ff_expert, c.n_embd, count_key, "experts");
+  w.up_stack = stack_view(file, p + "ffn_up_exps.weight", m.n_expert, m.n_ff_expert, c.n_embd, count_key, "experts");
+  w.down_stack = stack_view(file, p + "ffn_down_exps.weight", m.n_expert, c.n_embd, m.n_ff_expert, count_key, "experts");
+  if (file.find_tensor(p + "exp_probs_b.bias") != nullptr) {
+    fail("{}: tensor '{}exp_probs_b.bias' (DeepSeek-V3's routing bias) is not supported yet", file.name(), p);
+  }
+  const bool shared = c.architecture == "qwen2moe" || file.find_tensor(p + "ffn_up_shexp.weight") != nullptr ||
+                      m.n_ff_shared > 0;
   if (shared) {
     const int64_t n_sh = m.n_ff_shared > 0 ? m.n_ff_shared : c.n_ff;
-    w.shared_gate = matrix(file, p + "ffn_gate_shexp.weight", n_sh, c.n_embd, "shared expert");
-    w.shared_up = matrix(file, p + "ffn_up_shexp.weight", n_sh, c.n_embd, "shared expert");
-    w.shared_down = matrix(file, p + "ffn_down_shexp.weight", c.n_embd, n_sh, "shared expert");
-    w.shared_gate_inp = WeightView{DType::F32, 1, c.n_embd,
-                                   vector_of(file, p + "ffn_gate_inp_shexp.weight", c.n_embd, owned_vectors)};
+    w.shared_gate = matrix_view(file, p + "ffn_gate_shexp.weight", n_sh, c.n_embd, "shared expert");
+    w.shared_up = matrix_view(file, p + "ffn_up_shexp.weight", n_sh, c.n_embd, "shared expert");
+    w.shared_down = matrix_view(file, p + "ffn_down_shexp.weight", c.n_embd, n_sh, "shared expert");
+    if (m.shared_gated) {
+      w.shared_gate_inp = WeightView{DType::F32, 1, c.n_embd,
+                                     vector_view(file, p + "ffn_gate_inp_shexp.weight", c.n_embd, "shared expert gate", owned_vectors)};
+    }
   }
   return w;
 }

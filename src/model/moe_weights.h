@@ -1,6 +1,6 @@
 // A Mixture-of-Experts layer's weights as views into the memory-mapped GGUF: the router, the
 // experts' stacked 3-D tensors (one expert's matrix is a view at an offset into its stack, never
-// a copy) and, for Qwen2-MoE, the shared expert and its sigmoid gate.
+// a copy) and the shared expert (Qwen2-MoE's with its sigmoid gate; DeepSeek-V2's ungated).
 #pragma once
 
 #include <cstdint>
@@ -29,7 +29,7 @@ struct MoeLayerWeights {
   WeightView shared_gate;     // [n_ff_shared][n_embd]             (blk.N.ffn_gate_shexp)
   WeightView shared_up;       // [n_ff_shared][n_embd]             (blk.N.ffn_up_shexp)
   WeightView shared_down;     // [n_embd][n_ff_shared]             (blk.N.ffn_down_shexp)
-  WeightView shared_gate_inp; // [1][n_embd], F32                  (blk.N.ffn_gate_inp_shexp)
+  WeightView shared_gate_inp; // [1][n_embd], F32                  (blk.N.ffn_gate_inp_shexp); none: ungated (DeepSeek)
 
   bool has_experts() const { return n_expert > 0; }
   bool has_shared_expert() const { return shared_gate.data != nullptr; }

@@ -74,6 +74,7 @@ ModelRunner::ModelRunner(const Model& model, const RunnerConfig& config, Backend
   KvCacheSpec spec = config_.kv;
   spec.n_kv_head = model.local_kv_heads();
   spec.head_dim = c.head_dim;
+  spec.value_in_key = c.mla.enabled();
   validate_kv_spec(spec);
   const KvLayout layout = model.kv_layout(spec.rolling_window, spec.sink_tokens);
   if (config_.group_blocks.size() != layout.group_windows.size()) {
@@ -97,13 +98,17 @@ ModelRunner::ModelRunner(const Model& model, const RunnerConfig& config, Backend
       }
       const int64_t blocks = config_.group_blocks[size_t(layout.layer_group[size_t(il)])];
       // Never touched here: pages are only faulted in as blocks are first written.
-      kv_memory_.emplace_back(size_t(blocks * k_layer_block));
-      kv_memory_.emplace_back(size_t(blocks * v_layer_block));
       KvLayerView view;
       view.k_type = spec.k_type;
       view.v_type = spec.v_type;
-      view.k = kv_memory_[kv_memory_.size() - 2].data();
-      view.v = kv_memory_.back().data();
+      kv_memory_.emplace_back(size_t(blocks * k_layer_block));
+      view.k = kv_memory_.back().data();
+      if (spec.value_in_key) {
+        view.v = view.k;  // V rows are K's (the forward pass writes the same row to both)
+      } else {
+        kv_memory_.emplace_back(size_t(blocks * v_layer_block));
+        view.v = kv_memory_.back().data();
+      }
       view.num_slots = blocks * spec.block_size;
       view.n_kv_head = int(spec.n_kv_head);
       view.k_row_bytes = spec.k_row_bytes();

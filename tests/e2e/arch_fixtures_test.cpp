@@ -86,6 +86,17 @@ TEST_P(ArchModel, ConfigHasTheArchitecturesFeatures) {
     EXPECT_EQ(w.rope_factors_for(16, c), w.rope_factors_short);
     EXPECT_EQ(w.rope_factors_for(17, c), w.rope_factors_long);
   }
+  if (name == "qwen2_yarn") {
+    // YaRN factor 4 over 64 original positions, 8 rotary pairs of a 16-wide head (base 1e4):
+    // correction dims max(0, floor(-0.994)) = 0 and ceil(2.016) = 3, so pair i < 3 keeps
+    // 1 - i/3 of its own frequency, pairs 3-7 are divided by 4; cos/sin gain 1 + 0.1 ln 4.
+    EXPECT_EQ(c.architecture, "qwen2");
+    const std::vector<float> expected = {1.0f, 1.0f / (2.0f / 3.0f + 1.0f / 12.0f), 2.0f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f};
+    ASSERT_EQ(c.rope_yarn_divisors.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(c.rope_yarn_divisors[i], expected[i], 1e-5f) << i;
+    EXPECT_NEAR(c.rope_attn_factor, 1.0f + 0.1f * std::log(4.0f), 1e-6f);
+    EXPECT_FLOAT_EQ(c.rope_freq_scale, 1.0f) << "YaRN scales per pair, not linearly";
+  }
   if (name == "granite") {
     EXPECT_FLOAT_EQ(c.embedding_scale, 12.0f);
     EXPECT_FLOAT_EQ(c.residual_scale, 0.22f);
@@ -158,7 +169,7 @@ TEST_P(ArchModel, TokenizerMatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ArchModel,
                          testing::Values("gemma2", "phi3", "phi3_longrope", "internlm2", "granite", "olmo2", "smollm3", "starcoder2", "stablelm",
-                                         "stablelm_parallel", "cohere", "cohere_qknorm"),
+                                         "stablelm_parallel", "cohere", "cohere_qknorm", "qwen2_yarn"),
                          [](const testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // OLMo 2 normalizes q and k over all heads at once: a tensor-parallel split is refused by name.

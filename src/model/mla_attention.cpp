@@ -1,0 +1,121 @@
+#include "model/mla_attention.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "loader/gguf_reader.h"
+#include "model/tensor_views.h"
+
+namespace kestrel {
+
+MlaLayerWeights load_mla_layer(const gguf::GgufFile& file, const ModelConfig& c, int64_t layer,
+                               std::vector<std::vector<float>>& owned_vectors) {
+  const MlaConfig& m = c.mla;
+  const std::string p = fmt::format("blk.{}.", layer);
+  const int64_t r = m.kv_lora_rank, q_rows = c.n_head * m.q_head_dim();
+  MlaLayerWeights w;
+  if (m.q_lora_rank > 0) {
+    w.q_a = matrix_view(file, p + "attn_q_a.weight", m.q_lora_rank, c.n_embd, "query latent");
+    w.q_a_norm = vector_view(file, p + "attn_q_a_norm.weight", m.q_lora_rank, "query latent norm", owned_vectors);
+    w.q_b = matrix_view(file, p + "attn_q_b.weight", q_rows, m.q_lora_rank, "queries from the latent");
+  } else {
+    w.q = matrix_view(file, p + "attn_q.weight", q_rows, c.n_embd, "queries");
+  }
+  w.kv_a = matrix_view(file, p + "attn_kv_a_mqa.weight", r + m.rope_dim, c.n_embd, "key/value latent and rotary key");
+  w.kv_a_norm = vector_view(file, p + "attn_kv_a_norm.weight", r, "key/value latent norm", owned_vectors);
+  if (file.find_tensor(p + "attn_k_b.weight") == nullptr && file.find_tensor(p + "attn_kv_b.weight") != nullptr) {
+    fail("{}: tensor '{}attn_kv_b.weight' is the layout of GGUFs converted before llama.cpp split it into attn_k_b "
+         "and attn_v_b; convert the model again with a current convert_hf_to_gguf.py", file.name(), p);
+  }
+  const std::string heads_key = c.architecture + ".attention.head_count";
+  w.k_b = stack_view(file, p + "attn_k_b.weight", c.n_head, r, m.nope_dim, heads_key, "heads");
+  w.v_b = stack_view(file, p + "attn_v_b.weight", c.n_head, m.v_dim, r, heads_key, "heads");
+  return w;
+}
+
+void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayerWeights& w, const float* x,
+                          int64_t T, const int32_t* positions, const RopeParams& rope, MlaScratch& s, float* query,
+                          float* key) {
+  const MlaConfig& m = c.mla;
+  const int64_t H = c.n_head, r = m.kv_lora_rank, nope = m.nope_dim, d = m.rope_dim, qd = m.q_head_dim();
+  const int64_t key_dim = r + d;
+  // Queries [T][H][nope + rope].
+  s.q.resize(size_t(T * H * qd));
+  if (m.q_lora_rank > 0) {
+    s.q_latent.resize(size_t(T * m.q_lora_rank));
+    backend.matmul(w.q_a, x, T, s.q_latent.data());
+    backend.rms_norm(s.q_latent.data(), w.q_a_norm, T, m.q_lora_rank, c.rms_eps, s.q_latent.data());
+    backend.matmul(w.q_b, s.q_latent.data(), T, s.q.data());
+  } else {
+    backend.matmul(w.q, x, T, s.q.data());
+  }
+  // Latent and rotary key [T][r + rope]; the latent normed in place.
+  s.kv_a.resize(size_t(T * key_dim));
+  backend.matmul(w.kv_a, x, T, s.kv_a.data());
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = s.kv_a.data() + t * key_dim;
+    backend.rms_norm(row, w.kv_a_norm, 1, r, c.rms_eps, row);
+  }
+  // q_nope absorbed per head: [H][T][nope] -> W_kb[h] -> [H][T][r], one grouped call.
+  s.heads_in.resize(size_t(H * T * std::max(nope, r)));
+  s.heads_out.resize(size_t(H * T * std::max(r, m.v_dim)));
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t t = 0; t < T; ++t) {
+      std::copy_n(s.q.data() + (t * H + h) * qd, nope, s.heads_in.data() + (h * T + t) * nope);
+    }
+  }
+  s.groups.clear();
+  for (int64_t h = 0; h < H; ++h) {
+    s.groups.push_back({stacked_matrix(w.k_b, h, r), s.heads_in.data() + h * T * nope, T,
+                        s.heads_out.data() + h * T * r});
+  }
+  backend.matmul_grouped(s.groups);
+  // The rotary parts of the queries [T][H][rope] and keys [T][1][rope], rotated.
+  s.pe.resize(size_t(T * H * d));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      std::copy_n(s.q.data() + (t * H + h) * qd + nope, d, s.pe.data() + (t * H + h) * d);
+    }
+  }
+  backend.rope(s.pe.data(), positions, T, int(H), int(d), rope);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      float* out = query + (t * H + h) * key_dim;
+      std::copy_n(s.heads_out.data() + (h * T + t) * r, r, out);
+      std::copy_n(s.pe.data() + (t * H + h) * d, d, out + r);
+    }
+  }
+  for (int64_t t = 0; t < T; ++t) std::copy_n(s.kv_a.data() + t * key_dim, key_dim, key + t * key_dim);
+  s.pe.resize(size_t(T * d));
+  for (int64_t t = 0; t < T; ++t) std::copy_n(key + t * key_dim + r, d, s.pe.data() + t * d);
+  backend.rope(s.pe.data(), positions, T, 1, int(d), rope);
+  for (int64_t t = 0; t < T; ++t) std::copy_n(s.pe.data() + t * d, d, key + t * key_dim + r);
+}
+
+void mla_values(Backend& backend, const ModelConfig& c, const MlaLayerWeights& w, const float* attn, int64_t T,
+                MlaScratch& s, float* values) {
+  const MlaConfig& m = c.mla;
+  const int64_t H = c.n_head, r = m.kv_lora_rank, key_dim = r + m.rope_dim, v = m.v_dim;
+  s.heads_in.resize(size_t(H * T * std::max(m.nope_dim, r)));
+  s.heads_out.resize(size_t(H * T * std::max(r, v)));
+  // [T][H][r + rope] -> the latent part per head [H][T][r] -> W_vb[h] -> [H][T][v] -> [T][H * v].
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t t = 0; t < T; ++t) {
+      std::copy_n(attn + (t * H + h) * key_dim, r, s.heads_in.data() + (h * T + t) * r);
+    }
+  }
+  s.groups.clear();
+  for (int64_t h = 0; h < H; ++h) {
+    s.groups.push_back({stacked_matrix(w.v_b, h, v), s.heads_in.data() + h * T * r, T, s.heads_out.data() + h * T * v});
+  }
+  backend.matmul_grouped(s.groups);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      std::copy_n(s.heads_out.data() + (h * T + t) * v, v, values + t * H * v + h * v);
+    }
+  }
+}
+
+}  // namespace kestrel

@@ -1,0 +1,222 @@
+// DeepSeek-V2's multi-head latent attention (mla_attention.h) against transformers: the tiny random
+// fixtures tests/data/arch/deepseek2_lite (queries by attn_q, as DeepSeek-V2-Lite) and
+// tests/data/arch/deepseek2 (queries through a rank-20 latent, as DeepSeek-V2), made by
+// scripts/gen_arch_fixtures.py with transformers' DeepseekV2ForCausalLM and converted by llama.cpp's
+// convert_hf_to_gguf.py (which splits kv_b_proj into attn_k_b / attn_v_b for the absorbed form).
+// Value heads (12) differ from key heads (16 + 8 rotary); layer 0 is dense, layers 1-2 MoE with two
+// ungated shared experts and routed weights * 1.5, not renormalized. tests/data/arch/deepseek2_yarn
+// is the Lite fixture with DeepSeek-V2-Lite's kind of YaRN (mscale = mscale_all_dim; the reference
+// applies DeepSeek's softmax scale * mscale^2, which transformers 4.57's DeepseekV2 leaves out).
+// - Logits of all prompts in one batch equal transformers' float32 logits within 1e-4 * max|logit|
+//   + 1e-4 (moe_fixtures_test.cpp's argument; transformers decompresses the keys and values,
+//   Kestrel attends in the latent: the same sums in another order). A wrong scale (1 / sqrt of the
+//   latent key's 32 instead of 24), RoPE on the wrong dimensions or pairs, a missing latent norm, a
+//   sigmoid-gated shared expert or renormalized routing each move logits by O(max|logit|).
+// - Greedy generation through the engine gives transformers' 16 tokens with the latent cache (one
+//   head of kv_lora_rank + rope values per token, V read from K) in F32, F16 and Q8_0.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/kv_spec.h"
+#include "engine/engine.h"
+#include "loader/gguf_reader.h"
+#include "loader/gguf_writer.h"
+#include "model/model.h"
+#include "model_load_error.h"
+#include "reference_logits.h"
+#include "test_generate.h"
+#include "test_paths.h"
+
+namespace kestrel {
+namespace {
+
+using json = nlohmann::json;
+
+std::string fixture_gguf(const std::string& name) { return test::test_data_path("arch/" + name + "/model.gguf"); }
+
+std::vector<TokenId> ids_of(const json& array) { return array.get<std::vector<TokenId>>(); }
+
+class MlaFixture : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { model_ = Model::load(fixture_gguf(GetParam())); }
+  const json& ref() const { return test::fixture_reference("arch/" + GetParam()); }
+  std::unique_ptr<Model> model_;
+};
+
+TEST_P(MlaFixture, ConfigReadsLatentAttentionAndSharedExperts) {
+  const ModelConfig& c = model_->config();
+  EXPECT_EQ(c.architecture, "deepseek2");
+  ASSERT_TRUE(c.mla.enabled());
+  EXPECT_EQ(c.mla.kv_lora_rank, 24);
+  EXPECT_EQ(c.mla.q_lora_rank, GetParam() == "deepseek2" ? 20 : 0);
+  EXPECT_EQ(c.mla.nope_dim, 16);
+  EXPECT_EQ(c.mla.rope_dim, 8);
+  EXPECT_EQ(c.mla.v_dim, 12);
+  EXPECT_EQ(c.head_dim, 32) << "the cache's one latent head: kv_lora_rank + rope";
+  EXPECT_EQ(c.n_head_kv, 1);
+  if (GetParam() == "deepseek2_yarn") {
+    // YaRN factor 8 over 64 original positions, 4 rotary pairs: corrections dims floor(-0.50) -> 0
+    // and ceil(1.008) = 2, so pair 0 keeps its frequency, pair 1 mixes half and half, pairs 2-3
+    // are divided by 8; the logits scale gains (1 + 0.1 * 0.707 ln 8)^2, cos/sin nothing
+    // (mscale = mscale_all_dim).
+    const float m = 1.0f + 0.1f * 0.707f * std::log(8.0f);
+    EXPECT_NEAR(c.attention_scale, m * m / std::sqrt(24.0f), 1e-6f);
+    EXPECT_NEAR(c.rope_attn_factor, 1.0f, 1e-6f);
+    ASSERT_EQ(c.rope_yarn_divisors.size(), 4u);
+    const float expected[4] = {1.0f, 1.0f / (0.5f + 0.5f / 8.0f), 8.0f, 8.0f};
+    for (int i = 0; i < 4; ++i) EXPECT_NEAR(c.rope_yarn_divisors[size_t(i)], expected[i], 1e-5f) << "pair " << i;
+  } else {
+    EXPECT_FLOAT_EQ(c.attention_scale, 1.0f / std::sqrt(24.0f)) << "the decompressed heads' scale";
+    EXPECT_TRUE(c.rope_yarn_divisors.empty());
+  }
+  EXPECT_EQ(c.attn_out_width(), 4 * 12);
+  EXPECT_FALSE(c.rope_neox);
+  EXPECT_EQ(c.moe.n_expert, 4);
+  EXPECT_EQ(c.moe.n_expert_used, 2);
+  EXPECT_FALSE(c.moe.normalize_top_k);
+  EXPECT_FLOAT_EQ(c.moe.weights_scale, 1.5f);
+  EXPECT_EQ(c.moe.n_ff_shared, 2 * 32);
+  EXPECT_FALSE(c.moe.shared_gated);
+  const auto& layers = model_->weights().layers;
+  EXPECT_FALSE(layers[0].moe.has_experts()) << "first_k_dense_replace 1";
+  for (size_t il = 1; il < layers.size(); ++il) {
+    EXPECT_TRUE(layers[il].moe.has_experts());
+    EXPECT_TRUE(layers[il].moe.has_shared_expert());
+    EXPECT_EQ(layers[il].moe.shared_gate_inp.data, nullptr);
+  }
+  // One latent head of 32 values per token, F32, and no separate V (it is the key's first 24
+  // values): 128 bytes per layer, where the decompressed heads would take 4 * (24 + 12) * 4.
+  const KvCacheSpec spec = model_->kv_spec(DType::F32, DType::F32);
+  EXPECT_TRUE(spec.value_in_key);
+  EXPECT_EQ(spec.token_bytes(), 32 * 4);
+  // A V type other than K's cannot be honoured: an error, not a silent change.
+  try {
+    validate_kv_spec(model_->kv_spec(DType::F16, DType::F32));
+    ADD_FAILURE() << "a separate V type was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must equal the K type"), std::string::npos) << e.what();
+  }
+}
+
+TEST_P(MlaFixture, BatchLogitsMatchTransformers) { test::expect_batch_logits_match(*model_, ref(), GetParam()); }
+
+TEST_P(MlaFixture, GreedyTokensMatchTransformers) {
+  std::vector<std::vector<TokenId>> prompts;
+  for (const json& p : ref()["prompts"]) prompts.push_back(ids_of(p["ids"]));
+  for (DType kv_type : {DType::F32, DType::F16, DType::Q8_0}) {
+    EngineConfig config;
+    config.num_threads = 2;
+    config.max_model_len = 256;
+    config.kv_type_k = config.kv_type_v = kv_type;
+    const auto run = test::generate_greedy(*model_, {}, config, prompts, std::vector<int>(prompts.size(), 16));
+    for (size_t s = 0; s < prompts.size(); ++s) {
+      EXPECT_EQ(run.outputs[s], ids_of(ref()["prompts"][s]["greedy"])) << "prompt " << s << ", cache "
+                                                                        << dtype_name(kv_type);
+    }
+    EXPECT_TRUE(run.all_blocks_free);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, MlaFixture, testing::Values("deepseek2_lite", "deepseek2", "deepseek2_yarn"),
+                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// Opt-in: DeepSeek-V2-Lite's attention at its real sizes (a latent key of 576 values, 16 heads,
+// YaRN factor 40), made by bench/mla_real_dims.py (~1 GB, not in the repository); the folder is
+// given by KESTREL_MLA_REAL_DIMS. Skipped without it.
+TEST(MlaRealDimensions, LogitsAndGreedyMatchTransformers) {
+  const char* folder = std::getenv("KESTREL_MLA_REAL_DIMS");
+  if (folder == nullptr) GTEST_SKIP() << "set KESTREL_MLA_REAL_DIMS (bench/mla_real_dims.py)";
+  const auto model = Model::load(std::string(folder) + "/model.gguf");
+  const json ref = json::parse(test::read_file(std::string(folder) + "/reference.json"));
+  ASSERT_EQ(model->config().head_dim, 576);
+  ASSERT_EQ(model->config().n_head, 16);
+  test::expect_batch_logits_match(*model, ref, "deepseek2_real_dims");
+  std::vector<std::vector<TokenId>> prompts;
+  for (const json& p : ref["prompts"]) prompts.push_back(ids_of(p["ids"]));
+  EngineConfig config;
+  config.num_threads = 2;
+  config.max_model_len = 256;
+  config.kv_type_k = config.kv_type_v = DType::F32;
+  const auto run = test::generate_greedy(*model, {}, config, prompts, std::vector<int>(prompts.size(), 16));
+  // No seed search made this file: greedy tokens are compared only if no step was a near-tie.
+  double max_logit = 0.0;
+  for (const json& p : ref["prompts"]) max_logit = std::max(max_logit, p["max_abs_logit"].get<double>());
+  if (ref["min_greedy_margin"].get<double>() < 2e-4 * max_logit) GTEST_SKIP() << "greedy near-tie in the reference";
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    EXPECT_EQ(run.outputs[s], ids_of(ref["prompts"][s]["greedy"])) << "prompt " << s;
+  }
+}
+
+// A copy of the Lite fixture with metadata and tensors edited (return false to drop).
+std::string edited_lite(const std::string& name, const std::function<bool(const std::string&, gguf::Value&)>& edit_key,
+                        const std::function<bool(gguf::TensorInfo&, std::vector<uint8_t>&)>& edit_tensor) {
+  const auto source = gguf::GgufFile::open(fixture_gguf("deepseek2_lite"));
+  gguf::GgufWriter writer;
+  for (const auto& kv : source->metadata()) {
+    gguf::Value value = kv.value;
+    if (edit_key(kv.key, value)) writer.set(kv.key, value);
+  }
+  for (const auto& t : source->tensors()) {
+    gguf::TensorInfo info = t;
+    std::vector<uint8_t> bytes(t.data, t.data + t.num_bytes);
+    if (edit_tensor(info, bytes)) writer.add_tensor(info.name, info.type, info.dims, std::move(bytes));
+  }
+  const std::string path = test::scratch_dir("mla_" + name) + "/model.gguf";
+  writer.write(path);
+  return path;
+}
+
+const auto keep_key = [](const std::string&, gguf::Value&) { return true; };
+const auto keep_tensor = [](gguf::TensorInfo&, std::vector<uint8_t>&) { return true; };
+
+TEST(MlaModelLoad, BadFilesAreClearErrors) {
+  // A file converted before llama.cpp split attn_kv_b: named, with the way out.
+  test::expect_load_error(edited_lite("legacy", keep_key,
+                                      [](gguf::TensorInfo& t, std::vector<uint8_t>&) {
+                                        if (t.name == "blk.1.attn_k_b.weight") t.name = "blk.1.attn_kv_b.weight";
+                                        return t.name != "blk.1.attn_v_b.weight";
+                                      }),
+                          {"blk.1.attn_kv_b.weight", "convert the model again"});
+  // attn_k_b of the wrong head count.
+  test::expect_load_error(edited_lite("heads", keep_key,
+                                      [](gguf::TensorInfo& t, std::vector<uint8_t>& bytes) {
+                                        if (t.name == "blk.2.attn_k_b.weight") {
+                                          t.dims[2] = 3;
+                                          bytes.resize(bytes.size() / 4 * 3);
+                                        }
+                                        return true;
+                                      }),
+                          {"blk.2.attn_k_b.weight", "holds 3 heads", "deepseek2.attention.head_count is 4"});
+  // A latent key length that is not kv_lora_rank + rope.
+  test::expect_load_error(edited_lite("key_length",
+                                      [](const std::string& key, gguf::Value& v) {
+                                        if (key == "deepseek2.attention.key_length") v = gguf::Value::of_u32(40);
+                                        return true;
+                                      },
+                                      keep_tensor),
+                          {"deepseek2.attention.key_length 40", "kv_lora_rank 24"});
+  // DeepSeek-V2 236B's group-limited routing: refused, not silently routed over every group.
+  test::expect_load_error(edited_lite("groups",
+                                      [](const std::string& key, gguf::Value& v) {
+                                        if (key == "deepseek2.expert_group_count") v = gguf::Value::of_u32(2);
+                                        return true;
+                                      },
+                                      keep_tensor),
+                          {"expert_group_count 2", "group-limited routing"});
+  // Tensor parallelism cannot split the shared latent head.
+  ShardRequest tp;
+  tp.tp_size = 2;
+  test::expect_load_error(fixture_gguf("deepseek2_lite"), {"--tp", "latent attention"}, tp);
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -24,6 +24,21 @@ constexpr int64_t kBlockElements = int64_t(1) << 16;  // RNG block: one generato
 constexpr Llama3RopeScaling kLlama31Scaling{8.0f, 1.0f, 4.0f, 8192};
 constexpr Llama3RopeScaling kLlama32Scaling{32.0f, 1.0f, 4.0f, 8192};
 
+ModelPreset deepseek_preset(ModelPreset p, int64_t kv_lora_rank, int64_t qk_nope, int64_t qk_rope, int64_t v_head,
+                            int64_t n_dense_lead, int64_t n_shared_experts, float yarn_factor, int64_t yarn_orig_ctx,
+                            float yarn_mscale) {
+  p.kv_lora_rank = kv_lora_rank;
+  p.qk_nope = qk_nope;
+  p.qk_rope = qk_rope;
+  p.v_head = v_head;
+  p.n_dense_lead = n_dense_lead;
+  p.n_shared_experts = n_shared_experts;
+  p.yarn_factor = yarn_factor;
+  p.yarn_orig_ctx = yarn_orig_ctx;
+  p.yarn_mscale = yarn_mscale;
+  return p;
+}
+
 const std::vector<ModelPreset> kPresets = {
     // name, description, vocab, n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx,
     // rope base, rms eps, tied, rope scaling
@@ -48,6 +63,15 @@ const std::vector<ModelPreset> kPresets = {
     // at hand) in the Qwen3-MoE layout.
     {"olmoe-1b-7b", "OLMoE 1B-7B (64 experts, 8 used)", PresetVocab::Gpt2, 50257, 2048, 16, 16, 16, 1024,
      4096, 10000.0f, 1e-5f, false, {}, 64, 8, 1024},
+    // DeepSeek-V2 latent attention (kv_lora_rank, nope, rope, value heads, dense leading layers,
+    // shared experts, YaRN factor / original context / mscale_all_dim).
+    deepseek_preset({"tiny-mla", "tiny DeepSeek-V2 shape (tests)", PresetVocab::Gpt2, 50257, 64, 2, 4, 4, 96, 2048,
+                     10000.0f, 1e-6f, false, {}, 4, 2, 32},
+                    32, 16, 16, 16, 1, 2, 0.0f, 0, 0.0f),
+    // DeepSeek-V2-Lite's shape (its vocabulary is 102,400 tokens; GPT-2's 50,257 is the one at hand).
+    deepseek_preset({"deepseek-v2-lite", "DeepSeek-V2-Lite (MLA, 64 experts, 6 used, 2 shared)", PresetVocab::Gpt2,
+                     50257, 2048, 27, 16, 16, 10944, 163840, 10000.0f, 1e-6f, false, {}, 64, 6, 1408},
+                    512, 128, 64, 128, 1, 2, 40.0f, 4096, 0.707f),
 };
 
 struct TensorPlan {
@@ -78,12 +102,37 @@ std::vector<TensorPlan> plan_tensors(const ModelPreset& p) {
   for (int64_t i = 0; i < p.n_layer; ++i) {
     const std::string b = fmt::format("blk.{}.", i);
     plan.push_back(ones(b + "attn_norm.weight", p.n_embd));
-    plan.push_back(normal_matrix(b + "attn_q.weight", p.n_embd, q));
-    plan.push_back(normal_matrix(b + "attn_k.weight", p.n_embd, kv));
-    plan.push_back(normal_matrix(b + "attn_v.weight", p.n_embd, kv));
-    plan.push_back(normal_matrix(b + "attn_output.weight", q, p.n_embd));
+    if (p.is_mla()) {
+      // llama.cpp's deepseek2: per-head stacks attn_k_b [nope, r, heads] and attn_v_b [r, v, heads].
+      const int64_t r = p.kv_lora_rank;
+      plan.push_back(normal_matrix(b + "attn_q.weight", p.n_embd, p.n_head * (p.qk_nope + p.qk_rope)));
+      plan.push_back(normal_matrix(b + "attn_kv_a_mqa.weight", p.n_embd, r + p.qk_rope));
+      plan.push_back(ones(b + "attn_kv_a_norm.weight", r));
+      plan.push_back({b + "attn_k_b.weight", {p.qk_nope, r, p.n_head}, TensorPlan::Fill::Normal, {}});
+      plan.push_back({b + "attn_v_b.weight", {r, p.v_head, p.n_head}, TensorPlan::Fill::Normal, {}});
+      plan.push_back(normal_matrix(b + "attn_output.weight", p.n_head * p.v_head, p.n_embd));
+    } else {
+      plan.push_back(normal_matrix(b + "attn_q.weight", p.n_embd, q));
+      plan.push_back(normal_matrix(b + "attn_k.weight", p.n_embd, kv));
+      plan.push_back(normal_matrix(b + "attn_v.weight", p.n_embd, kv));
+      plan.push_back(normal_matrix(b + "attn_output.weight", q, p.n_embd));
+    }
     plan.push_back(ones(b + "ffn_norm.weight", p.n_embd));
-    if (p.is_moe()) {
+    if (p.is_mla() && !p.is_dense_layer(i)) {
+      // DeepSeek's MoE: the router, the expert stacks and one ungated shared MLP of
+      // n_shared_experts experts' width.
+      const int64_t shared = p.n_shared_experts * p.n_ff_expert;
+      plan.push_back(normal_matrix(b + "ffn_gate_inp.weight", p.n_embd, p.n_expert));
+      for (const char* name : {"ffn_gate_exps.weight", "ffn_up_exps.weight"}) {
+        plan.push_back({b + name, {p.n_embd, p.n_ff_expert, p.n_expert}, TensorPlan::Fill::Normal, {}});
+      }
+      plan.push_back({b + "ffn_down_exps.weight", {p.n_ff_expert, p.n_embd, p.n_expert}, TensorPlan::Fill::Normal, {}});
+      plan.push_back(normal_matrix(b + "ffn_gate_shexp.weight", p.n_embd, shared));
+      plan.push_back(normal_matrix(b + "ffn_up_shexp.weight", p.n_embd, shared));
+      plan.push_back(normal_matrix(b + "ffn_down_shexp.weight", shared, p.n_embd));
+      continue;
+    }
+    if (p.is_moe() && !p.is_mla()) {
       // Qwen3-MoE: per-head q/k norms, the router, and each expert stack [n_expert][rows][cols]
       // (GGUF dims innermost first: cols, rows, n_expert).
       plan.push_back(ones(b + "attn_q_norm.weight", p.head_dim()));
@@ -117,10 +166,31 @@ void set_model_metadata(gguf::GgufWriter& w, const ModelPreset& p, const QuantRe
   w.set_u32(a + "block_count", uint32_t(p.n_layer));
   w.set_u32(a + "feed_forward_length", uint32_t(p.n_ff));
   w.set_u32(a + "attention.head_count", uint32_t(p.n_head));
-  w.set_u32(a + "attention.head_count_kv", uint32_t(p.n_head_kv));
-  w.set_u32(a + "attention.key_length", uint32_t(p.head_dim()));
-  w.set_u32(a + "attention.value_length", uint32_t(p.head_dim()));
-  w.set_u32(a + "rope.dimension_count", uint32_t(p.head_dim()));
+  if (p.is_mla()) {
+    // As llama.cpp's converter writes DeepSeek-V2: one latent KV head (key_length kv_lora_rank +
+    // rope, value_length kv_lora_rank), the decompressed head sizes as *_mla.
+    w.set_u32(a + "attention.head_count_kv", 1);
+    w.set_u32(a + "attention.kv_lora_rank", uint32_t(p.kv_lora_rank));
+    w.set_u32(a + "attention.key_length", uint32_t(p.kv_lora_rank + p.qk_rope));
+    w.set_u32(a + "attention.value_length", uint32_t(p.kv_lora_rank));
+    w.set_u32(a + "attention.key_length_mla", uint32_t(p.qk_nope + p.qk_rope));
+    w.set_u32(a + "attention.value_length_mla", uint32_t(p.v_head));
+    w.set_u32(a + "rope.dimension_count", uint32_t(p.qk_rope));
+    w.set_u32(a + "leading_dense_block_count", uint32_t(p.n_dense_lead));
+    w.set_u32(a + "expert_shared_count", uint32_t(p.n_shared_experts));
+    w.set_f32(a + "expert_weights_scale", 1.0f);
+    if (p.yarn_factor > 0.0f) {
+      w.set_string(a + "rope.scaling.type", "yarn");
+      w.set_f32(a + "rope.scaling.factor", p.yarn_factor);
+      w.set_u32(a + "rope.scaling.original_context_length", uint32_t(p.yarn_orig_ctx));
+      w.set_f32(a + "rope.scaling.yarn_log_multiplier", 0.1f * p.yarn_mscale);  // the converter's 0.1 factor
+    }
+  } else {
+    w.set_u32(a + "attention.head_count_kv", uint32_t(p.n_head_kv));
+    w.set_u32(a + "attention.key_length", uint32_t(p.head_dim()));
+    w.set_u32(a + "attention.value_length", uint32_t(p.head_dim()));
+    w.set_u32(a + "rope.dimension_count", uint32_t(p.head_dim()));
+  }
   w.set_f32(a + "rope.freq_base", p.rope_freq_base);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", p.rms_eps);
   if (p.is_moe()) {
@@ -162,17 +232,29 @@ void fill_normal_tensor(ThreadPool& pool, const quant::WeightFormat& format, int
 }  // namespace
 
 int64_t ModelPreset::parameter_count() const {
+  const int64_t rope = rope_scaling.factor > 0.0f ? head_dim() / 2 : 0;
+  const int64_t outside = n_vocab * n_embd * (tied_embeddings ? 1 : 2) + n_embd + rope;
+  if (is_mla()) {
+    const int64_t r = kv_lora_rank;
+    const int64_t attention = n_embd * n_head * (qk_nope + qk_rope) + n_embd * (r + qk_rope) + r +
+                              n_head * r * (qk_nope + v_head) + n_head * v_head * n_embd;
+    const int64_t moe = n_expert * 3 * n_embd * n_ff_expert + n_embd * n_expert +
+                        3 * n_embd * n_shared_experts * n_ff_expert;
+    const int64_t layers = n_layer * (2 * n_embd + attention) + n_dense_lead * 3 * n_embd * n_ff +
+                           (n_layer - n_dense_lead) * moe;
+    return outside + layers;
+  }
   const int64_t q = n_head * head_dim();
   const int64_t kv = n_head_kv * head_dim();
   const int64_t ffn = is_moe() ? n_expert * 3 * n_embd * n_ff_expert + n_embd * n_expert + 2 * head_dim()
                                : 3 * n_embd * n_ff;
   const int64_t per_layer = 2 * n_embd + n_embd * (q + 2 * kv) + q * n_embd + ffn;
-  const int64_t rope = rope_scaling.factor > 0.0f ? head_dim() / 2 : 0;
-  return n_vocab * n_embd * (tied_embeddings ? 1 : 2) + n_layer * per_layer + n_embd + rope;
+  return outside + n_layer * per_layer;
 }
 
 int64_t ModelPreset::active_parameter_count() const {
-  const int64_t unused_experts = is_moe() ? n_layer * (n_expert - n_expert_used) * 3 * n_embd * n_ff_expert : 0;
+  const int64_t moe_layers = n_layer - (is_mla() ? n_dense_lead : 0);
+  const int64_t unused_experts = is_moe() ? moe_layers * (n_expert - n_expert_used) * 3 * n_embd * n_ff_expert : 0;
   const int64_t embedding_rows = tied_embeddings ? 0 : (n_vocab - 1) * n_embd;
   return parameter_count() - unused_experts - embedding_rows;
 }

@@ -52,10 +52,26 @@ struct ModelPreset {
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
   int64_t n_ff_expert = 0;
+  // DeepSeek-V2 (kv_lora_rank > 0): latent attention in llama.cpp's deepseek2 layout (attn_q,
+  // attn_kv_a_mqa, attn_kv_a_norm, attn_k_b, attn_v_b; model_config.h's MlaConfig), the first
+  // n_dense_lead layers dense (n_ff), the others MoE with n_shared_experts ungated shared experts,
+  // and YaRN (yarn_factor over yarn_orig_ctx positions, mscale_all_dim yarn_mscale) when
+  // yarn_factor > 0.
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope = 0;
+  int64_t qk_rope = 0;
+  int64_t v_head = 0;
+  int64_t n_dense_lead = 0;
+  int64_t n_shared_experts = 0;
+  float yarn_factor = 0.0f;
+  int64_t yarn_orig_ctx = 0;
+  float yarn_mscale = 0.0f;
 
   bool is_moe() const { return n_expert > 0; }
-  std::string_view architecture() const { return is_moe() ? "qwen3moe" : "llama"; }
+  bool is_mla() const { return kv_lora_rank > 0; }
+  std::string_view architecture() const { return is_mla() ? "deepseek2" : is_moe() ? "qwen3moe" : "llama"; }
   int64_t head_dim() const { return n_embd / n_head; }
+  bool is_dense_layer(int64_t layer) const { return !is_moe() || layer < n_dense_lead; }
   int64_t parameter_count() const;
   // Parameters one token's forward pass reads: all but the experts it does not use and the
   // embedding table (one row of it).

@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,9 +27,8 @@
 #include "core/error.h"
 #include "core/kv_spec.h"
 #include "engine/engine.h"
-#include "loader/gguf_reader.h"
-#include "loader/gguf_writer.h"
 #include "model/model.h"
+#include "gguf_edit.h"
 #include "model_load_error.h"
 #include "reference_logits.h"
 #include "test_generate.h"
@@ -157,26 +155,12 @@ TEST(MlaRealDimensions, LogitsAndGreedyMatchTransformers) {
 }
 
 // A copy of the Lite fixture with metadata and tensors edited (return false to drop).
-std::string edited_lite(const std::string& name, const std::function<bool(const std::string&, gguf::Value&)>& edit_key,
-                        const std::function<bool(gguf::TensorInfo&, std::vector<uint8_t>&)>& edit_tensor) {
-  const auto source = gguf::GgufFile::open(fixture_gguf("deepseek2_lite"));
-  gguf::GgufWriter writer;
-  for (const auto& kv : source->metadata()) {
-    gguf::Value value = kv.value;
-    if (edit_key(kv.key, value)) writer.set(kv.key, value);
-  }
-  for (const auto& t : source->tensors()) {
-    gguf::TensorInfo info = t;
-    std::vector<uint8_t> bytes(t.data, t.data + t.num_bytes);
-    if (edit_tensor(info, bytes)) writer.add_tensor(info.name, info.type, info.dims, std::move(bytes));
-  }
-  const std::string path = test::scratch_dir("mla_" + name) + "/model.gguf";
-  writer.write(path);
-  return path;
+std::string edited_lite(const std::string& name, const test::KeyEdit& edit_key, const test::TensorEdit& edit_tensor) {
+  return test::edited_gguf_copy(fixture_gguf("deepseek2_lite"), "mla_" + name, edit_key, edit_tensor);
 }
 
-const auto keep_key = [](const std::string&, gguf::Value&) { return true; };
-const auto keep_tensor = [](gguf::TensorInfo&, std::vector<uint8_t>&) { return true; };
+const auto keep_key = test::keep_key;
+const auto keep_tensor = test::keep_tensor;
 
 TEST(MlaModelLoad, BadFilesAreClearErrors) {
   // A file converted before llama.cpp split attn_kv_b: named, with the way out.

@@ -8,6 +8,7 @@
 #include "loader/gguf_reader.h"
 #include "loader/gguf_writer.h"
 #include "model/model.h"
+#include "gguf_edit.h"
 #include "model_load_error.h"
 #include "test_paths.h"
 
@@ -18,27 +19,12 @@ std::string stories() { return test::shared_model_path("stories260K.gguf"); }
 
 // Copies stories260K.gguf through the writer, letting `edit_key` drop/replace metadata and
 // `edit_tensor` drop/replace tensors (return false to drop).
-std::string mutated_copy(const std::string& name,
-                         const std::function<bool(const std::string&, gguf::Value&)>& edit_key,
-                         const std::function<bool(gguf::TensorInfo&, std::vector<uint8_t>&)>& edit_tensor) {
-  const auto source = gguf::GgufFile::open(stories());
-  gguf::GgufWriter writer;
-  for (const auto& kv : source->metadata()) {
-    gguf::Value value = kv.value;
-    if (edit_key(kv.key, value)) writer.set(kv.key, value);
-  }
-  for (const auto& t : source->tensors()) {
-    gguf::TensorInfo info = t;
-    std::vector<uint8_t> bytes(t.data, t.data + t.num_bytes);
-    if (edit_tensor(info, bytes)) writer.add_tensor(info.name, info.type, info.dims, std::move(bytes));
-  }
-  const std::string path = test::scratch_dir("model_load_" + name) + "/model.gguf";
-  writer.write(path);
-  return path;
+std::string mutated_copy(const std::string& name, const test::KeyEdit& edit_key, const test::TensorEdit& edit_tensor) {
+  return test::edited_gguf_copy(stories(), "model_load_" + name, edit_key, edit_tensor);
 }
 
-auto keep_key = [](const std::string&, gguf::Value&) { return true; };
-auto keep_tensor = [](gguf::TensorInfo&, std::vector<uint8_t>&) { return true; };
+auto keep_key = test::keep_key;
+auto keep_tensor = test::keep_tensor;
 
 using test::expect_load_error;
 

@@ -40,7 +40,8 @@ struct RopeParams {
 // [n_kv_head][num_slots] rows (num_slots = num_blocks * block_size), a row being one head of one
 // token in its type's row layout (scales inside the row). One head's rows of a block are
 // contiguous, and so are those of consecutive blocks, so attention streams a sequence's keys of
-// one head as long runs of memory. slot = block_id * block_size + offset_in_block.
+// one head as long runs of memory. slot = block_id * block_size + offset_in_block. With latent
+// attention (KvCacheSpec::value_in_key) v is k: V's rows are K's.
 struct KvLayerView {
   DType k_type = DType::F32;
   DType v_type = DType::F32;

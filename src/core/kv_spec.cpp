@@ -83,6 +83,14 @@ void validate_kv_spec(const KvCacheSpec& spec) {
     fail("this model's values are part of its keys (latent attention stores one latent per token): the V cache "
          "type ({}) must equal the K type ({})", kv_type_name(spec.v_type), kv_type_name(spec.k_type));
   }
+  if (spec.value_in_key && spec.rotate) {
+    fail("--kv-rotate cannot be used with latent attention: its values are the keys' rows, so rotating the keys "
+         "would rotate the values too");
+  }
+  if (spec.value_in_key && spec.sink_tokens > 0) {
+    fail("--attention-sinks cannot be used with latent attention yet: re-rotating a sink's query assumes the "
+         "rotary dimensions lead each head, and a latent head keeps them last");
+  }
   if (spec.n_kv_head <= 0) fail("internal: a KV cache needs at least one KV head");
   if (spec.block_size <= 0) fail("KV block size must be positive, got {}", spec.block_size);
   if (spec.rotate && (spec.head_dim & (spec.head_dim - 1)) != 0) {

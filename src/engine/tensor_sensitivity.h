@@ -39,8 +39,8 @@ struct SensitivityOptions {
 };
 
 // The matrices `kestrel quantize` would quantize (2-D: token embedding, output head, layer
-// matrices) and the model can swap (Model::can_replace_matrix: not fused or expert tensors): their
-// indices in the file's tensor list.
+// matrices) and the model can swap (Model::can_replace_matrix: not fused, expert or latent-attention
+// tensors other than attn_q): their indices in the file's tensor list.
 std::vector<size_t> sensitivity_tensors(const Model& model);
 
 // Each of sensitivity_tensors(model), in file order, measured; `on_tensor` after each. The model

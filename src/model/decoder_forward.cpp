@@ -290,12 +290,9 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
     if (c.mla.enabled()) {
       // Latent attention (mla_attention.h): one shared latent KV head, also the value.
       if (observer) fail("{}: calibration (imatrix, GPTQ, AWQ) does not support latent attention yet", file_->name());
-      if (kv.spec.rotate || attn.sinks > 0) {
-        fail("{}: latent attention cannot use a Hadamard-rotated cache or attention sinks (their rotations assume "
-             "the RoPE dimensions lead each head)", file_->name());
-      }
+      if (kv.spec.rotate || attn.sinks > 0) fail("internal: latent attention with a rotated cache or sinks");
       rope.freq_base = c.rope_freq_base;
-      mla_queries_and_keys(backend, c, l.mla, s.normed.data(), T, batch.positions.data(), rope, s.mla, s.q.data(),
+      mla_queries_and_keys(backend, c, l.mla, l.wq, s.normed.data(), T, batch.positions.data(), rope, s.mla, s.q.data(),
                            s.k.data());
       backend.kv_write(kv.layers[size_t(il)], s.k.data(), s.k.data(), group.slot_mapping.data(), T, 1,
                        int(c.head_dim));

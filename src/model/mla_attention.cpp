@@ -11,7 +11,7 @@
 namespace kestrel {
 
 MlaLayerWeights load_mla_layer(const gguf::GgufFile& file, const ModelConfig& c, int64_t layer,
-                               std::vector<std::vector<float>>& owned_vectors) {
+                               std::vector<std::vector<float>>& owned_vectors, WeightView& q) {
   const MlaConfig& m = c.mla;
   const std::string p = fmt::format("blk.{}.", layer);
   const int64_t r = m.kv_lora_rank, q_rows = c.n_head * m.q_head_dim();
@@ -21,7 +21,7 @@ MlaLayerWeights load_mla_layer(const gguf::GgufFile& file, const ModelConfig& c,
     w.q_a_norm = vector_view(file, p + "attn_q_a_norm.weight", m.q_lora_rank, "query latent norm", owned_vectors);
     w.q_b = matrix_view(file, p + "attn_q_b.weight", q_rows, m.q_lora_rank, "queries from the latent");
   } else {
-    w.q = matrix_view(file, p + "attn_q.weight", q_rows, c.n_embd, "queries");
+    q = matrix_view(file, p + "attn_q.weight", q_rows, c.n_embd, "queries");
   }
   w.kv_a = matrix_view(file, p + "attn_kv_a_mqa.weight", r + m.rope_dim, c.n_embd, "key/value latent and rotary key");
   w.kv_a_norm = vector_view(file, p + "attn_kv_a_norm.weight", r, "key/value latent norm", owned_vectors);
@@ -35,7 +35,8 @@ MlaLayerWeights load_mla_layer(const gguf::GgufFile& file, const ModelConfig& c,
   return w;
 }
 
-void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayerWeights& w, const float* x,
+void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayerWeights& w, const WeightView& wq,
+                          const float* x,
                           int64_t T, const int32_t* positions, const RopeParams& rope, MlaScratch& s, float* query,
                           float* key) {
   const MlaConfig& m = c.mla;
@@ -49,7 +50,7 @@ void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayer
     backend.rms_norm(s.q_latent.data(), w.q_a_norm, T, m.q_lora_rank, c.rms_eps, s.q_latent.data());
     backend.matmul(w.q_b, s.q_latent.data(), T, s.q.data());
   } else {
-    backend.matmul(w.q, x, T, s.q.data());
+    backend.matmul(wq, x, T, s.q.data());
   }
   // Latent and rotary key [T][r + rope]; the latent normed in place.
   s.kv_a.resize(size_t(T * key_dim));

@@ -22,9 +22,9 @@ class GgufFile;
 
 namespace kestrel {
 
+// The layer's attn_q (q_lora_rank 0) is LayerWeights::wq, where the per-tensor tools can swap it.
 struct MlaLayerWeights {
-  WeightView q;                    // [n_head * (nope + rope)][n_embd]   attn_q (q_lora_rank 0), or
-  WeightView q_a;                  // [q_lora_rank][n_embd]              attn_q_a
+  WeightView q_a;                  // [q_lora_rank][n_embd]              attn_q_a (q_lora_rank > 0)
   const float* q_a_norm = nullptr; // [q_lora_rank]                      attn_q_a_norm
   WeightView q_b;                  // [n_head * (nope + rope)][q_lora_rank]  attn_q_b
   WeightView kv_a;                 // [kv_lora_rank + rope][n_embd]     attn_kv_a_mqa
@@ -41,8 +41,9 @@ struct MlaLayerWeights {
 // Layer `layer`'s latent-attention tensors, checked against the config (a missing tensor or one of
 // another shape is a kestrel::Error naming it). A file from before llama.cpp split attn_kv_b into
 // attn_k_b / attn_v_b is refused with the advice to convert it again.
+// `q` receives attn_q when q_lora_rank is 0.
 MlaLayerWeights load_mla_layer(const gguf::GgufFile& file, const ModelConfig& c, int64_t layer,
-                               std::vector<std::vector<float>>& owned_vectors);
+                               std::vector<std::vector<float>>& owned_vectors, WeightView& q);
 
 // Buffers reused across layers and steps.
 struct MlaScratch {
@@ -56,8 +57,10 @@ struct MlaScratch {
 };
 
 // From the layer's normed input x [T][n_embd]: the absorbed queries `query` [T][n_head][r + rope]
-// and the latent keys `key` [T][r + rope] (the cache's one KV head; also its value).
-void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayerWeights& w, const float* x,
+// and the latent keys `key` [T][r + rope] (the cache's one KV head; also its value). `wq` is
+// attn_q (unused when q_lora_rank > 0).
+void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayerWeights& w, const WeightView& wq,
+                          const float* x,
                           int64_t T, const int32_t* positions, const RopeParams& rope, MlaScratch& s, float* query,
                           float* key);
 

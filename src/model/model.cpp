@@ -30,6 +30,7 @@ void prefault_weights(const ModelWeights& w) {
   if (!w.tied_output) add(w.output);
   for (const LayerWeights& l : w.layers) {
     for (const WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*v);
+    for (const WeightView* v : {&l.mla.q_a, &l.mla.q_b, &l.mla.kv_a, &l.mla.k_b, &l.mla.v_b}) add(*v);
     const MoeLayerWeights& m = l.moe;
     for (const WeightView* v : {&m.router, &m.gate_stack, &m.up_stack, &m.down_stack, &m.shared_gate,
                                 &m.shared_up, &m.shared_down}) {
@@ -299,12 +300,11 @@ void Model::load_layer(int64_t il) {
   load_dense_mlp(il);
 }
 
-// Latent attention (mla_attention.h): one rank, whole heads. attn_q (if any) is also wq, so that
-// the per-tensor tools (eval --per-tensor) see it.
+// Latent attention (mla_attention.h): one rank, whole heads. attn_q (if any) is wq, which the
+// per-tensor tools (eval --per-tensor) can swap; the other latent tensors they skip.
 void Model::load_mla_layer_attention(int64_t il) {
   LayerWeights& l = weights_.layers[size_t(il)];
-  l.mla = load_mla_layer(*file_, config_, il, owned_vectors_);
-  l.wq = l.mla.q;
+  l.mla = load_mla_layer(*file_, config_, il, owned_vectors_, l.wq);
 }
 
 void Model::load_attention(int64_t il) {

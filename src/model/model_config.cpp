@@ -31,17 +31,20 @@ float yarn_mscale(float scale, float m) { return scale <= 1.0f ? 1.0f : 1.0f + 0
 // pos * base^(-2i/n_rot) * (mix_i + (1 - mix_i) / factor), where mix_i ramps from 1 (pairs that
 // turn fewer than beta_fast times over the original context: kept) down to 0 (more than beta_slow
 // times: interpolated by the factor), times ext_factor; so it is a per-pair frequency divisor
-// (rope_yarn_divisors). cos and sin are scaled by llama.cpp's YaRN magnitude: 1 + 0.1 ln(factor),
-// or with rope.scaling.yarn_log_multiplier L (mscale_all_dim) mscale(m) / mscale(L), where m is L
-// for DeepSeek-V2 (its converter writes 0.1 L) and 1 otherwise.
+// (rope_yarn_divisors). The magnitudes follow llama.cpp's context set-up (yarn_attn_factor: with
+// ext_factor != 0, mscale(factor, m) / mscale(factor, L) for rope.scaling.yarn_log_multiplier L,
+// m = L for DeepSeek-V2 (whose converter writes 0.1 L) and 1 otherwise, or mscale(factor, 1)
+// without L, then divided by 1 + 0.1 ln factor; times rope.scaling.attn_factor) and its rope
+// kernel (cos and sin times yarn_attn_factor, times 1 + 0.1 ln factor again when ext_factor != 0).
 void read_yarn(const gguf::GgufFile& file, ModelConfig& c, float factor) {
   const std::string p = c.architecture + ".rope.scaling.";
   const float beta_fast = float(file.get_float(p + "yarn_beta_fast").value_or(32.0));
   const float beta_slow = float(file.get_float(p + "yarn_beta_slow").value_or(1.0));
-  const float ext_factor = float(file.get_float(p + "yarn_ext_factor").value_or(1.0));
+  float ext_factor = float(file.get_float(p + "yarn_ext_factor").value_or(-1.0));
+  if (ext_factor < 0.0f) ext_factor = 1.0f;  // llama.cpp: negative means not set, 1 under YaRN
   float log_mul = float(file.get_float(p + "yarn_log_multiplier").value_or(0.0));
   if (c.architecture == "deepseek2") log_mul /= 0.1f;
-  if (!(beta_fast > 0.0f) || !(beta_slow > 0.0f) || !(ext_factor >= 0.0f) || !std::isfinite(log_mul)) {
+  if (!(beta_fast > 0.0f) || !(beta_slow > 0.0f) || !std::isfinite(ext_factor) || !std::isfinite(log_mul)) {
     fail("{}: YaRN parameters out of range (beta_fast {}, beta_slow {}, ext_factor {}, log multiplier {})", file.name(),
          beta_fast, beta_slow, ext_factor, log_mul);
   }
@@ -58,17 +61,23 @@ void read_yarn(const gguf::GgufFile& file, ModelConfig& c, float factor) {
     const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * ext_factor;
     c.rope_yarn_divisors[size_t(i)] = 1.0f / (mix + (1.0f - mix) / factor);
   }
-  // The cos/sin magnitude (llama.cpp: yarn_attn_factor, with its 1 / (1 + 0.1 ln factor) undone
-  // by rope_yarn's ext_factor branch).
-  float magnitude = yarn_mscale(factor, 1.0f);
-  if (log_mul != 0.0f) {
-    const float m = c.architecture == "deepseek2" && log_mul != 1.0f ? log_mul : 1.0f;
-    magnitude = yarn_mscale(factor, m) / yarn_mscale(factor, log_mul);
+  const float log_gain = 1.0f + 0.1f * std::log(factor);  // llama.cpp's unclamped 1 + 0.1 ln(1 / freq_scale)
+  float yarn_attn_factor = 1.0f;
+  if (ext_factor != 0.0f) {
+    if (log_mul != 0.0f) {
+      const float m = c.architecture == "deepseek2" && log_mul != 1.0f ? log_mul : 1.0f;
+      yarn_attn_factor = yarn_mscale(factor, m) / yarn_mscale(factor, log_mul);
+    } else {
+      yarn_attn_factor = yarn_mscale(factor, 1.0f);
+    }
+    yarn_attn_factor /= log_gain;
   }
-  if (ext_factor == 0.0f) magnitude /= yarn_mscale(factor, 1.0f);
-  c.rope_attn_factor *= magnitude;
-  c.rope_yarn_log_mul = log_mul;
-  c.rope_yarn_factor = factor;
+  yarn_attn_factor *= c.rope_attn_factor;
+  c.rope_attn_factor = yarn_attn_factor * (ext_factor != 0.0f ? log_gain : 1.0f);
+  // DeepSeek-V2's logits scale (llama.cpp's kq_scale): (yarn_attn_factor * log_gain * (1 + 0.1 L
+  // ln factor))^2.
+  const float kq_mscale = yarn_attn_factor * log_gain * (1.0f + 0.1f * log_mul * std::log(factor));
+  c.rope_yarn_kq_scale = kq_mscale * kq_mscale;
 }
 
 // The keys every Llama-like architecture shares.
@@ -266,8 +275,20 @@ void read_mla(const gguf::GgufFile& file, ModelConfig& c) {
   const std::string p = c.architecture + ".";
   MlaConfig& m = c.mla;
   m.kv_lora_rank = require_positive(file, p + "attention.kv_lora_rank");
+  // Files converted before llama.cpp's absorbed form have attn_kv_b and no *_mla keys.
+  if (!file.get_uint(p + "attention.key_length_mla") && file.find_tensor("blk.0.attn_kv_b.weight") != nullptr) {
+    fail("{}: this DeepSeek-V2 GGUF has the old layout (attn_kv_b, no {}attention.key_length_mla) from before "
+         "llama.cpp split attn_kv_b into attn_k_b and attn_v_b; convert the model again with a current "
+         "convert_hf_to_gguf.py", file.name(), p);
+  }
+  // Queries through a latent when the file has attn_q_a (llama.cpp decides by layer count: its
+  // Lite models, 26/27 layers, have attn_q).
   m.q_lora_rank = int64_t(file.get_uint(p + "attention.q_lora_rank").value_or(0));
-  if (file.find_tensor("blk.0.attn_q_a.weight") == nullptr) m.q_lora_rank = 0;  // Lite: attn_q (llama.cpp's rule)
+  if (file.find_tensor("blk.0.attn_q_a.weight") == nullptr) m.q_lora_rank = 0;
+  if (file.get_float(p + "attention.temperature_scale")) {
+    fail("{}: {}attention.temperature_scale (attention temperature tuning, as Mistral Large 3 converts) is not "
+         "supported yet", file.name(), p);
+  }
   m.rope_dim = c.n_rot;
   const int64_t k_mla = require_positive(file, p + "attention.key_length_mla");
   m.v_dim = require_positive(file, p + "attention.value_length_mla");
@@ -287,13 +308,9 @@ void read_mla(const gguf::GgufFile& file, ModelConfig& c) {
     fail("{}: {}attention.head_count_kv is {}; latent attention has one shared latent head (1)", file.name(), p,
          c.n_head_kv);
   }
-  c.attention_scale = 1.0f / std::sqrt(float(k_mla));
-  if (!c.rope_yarn_divisors.empty()) {
-    // DeepSeek's YaRN also scales the attention logits by the square of the magnitude with
-    // mscale_all_dim (llama.cpp's kq_scale; DeepSeek's softmax_scale * mscale^2).
-    const float m = c.rope_attn_factor * yarn_mscale(c.rope_yarn_factor, c.rope_yarn_log_mul);
-    c.attention_scale *= m * m;
-  }
+  // Under YaRN DeepSeek also scales the logits (llama.cpp's kq_scale; DeepSeek's softmax_scale
+  // times mscale(factor, mscale_all_dim)^2).
+  c.attention_scale = c.rope_yarn_kq_scale / std::sqrt(float(k_mla));
 }
 
 // Each supported architecture: what differs from Llama. The forward pass is shared.

@@ -29,7 +29,7 @@ enum class QkNorm { None, PerHead, PerHeadEach, Full };
 // [kv_lora_rank normed latent | rope_dim rotary part], whose first kv_lora_rank values are also the
 // value. So the cache holds one KV head of head_dim = kv_lora_rank + rope_dim per token (not
 // n_head heads of nope_dim + rope_dim keys and v_dim values), and attention_scale is
-// 1 / sqrt(nope_dim + rope_dim), the scale of the decompressed heads.
+// 1 / sqrt(nope_dim + rope_dim), the scale of the decompressed heads (times YaRN's mscale^2).
 struct MlaConfig {
   int64_t kv_lora_rank = 0;  // the latent's width; 0: not MLA
   int64_t q_lora_rank = 0;   // queries through a latent of this width (attn_q_a/_b); 0: one attn_q
@@ -65,8 +65,7 @@ struct ModelConfig {
   // YaRN (rope.scaling.type "yarn"): per rotary pair frequency divisors [n_rot / 2] that mix
   // the original and the interpolated frequency (model_config.cpp, read_yarn); empty: no YaRN.
   std::vector<float> rope_yarn_divisors;
-  float rope_yarn_factor = 1.0f;    // rope.scaling.factor under YaRN
-  float rope_yarn_log_mul = 0.0f;   // mscale_all_dim (rope.scaling.yarn_log_multiplier)
+  float rope_yarn_kq_scale = 1.0f;  // DeepSeek-V2 under YaRN: the logits' extra scale (mscale^2)
 
   // Architecture features (all off for Llama). Biases on any linear layer and on the norms are
   // used wherever the file has them (StableLM, Starcoder2, Granite); qkv_bias makes q/k/v's required.

@@ -89,7 +89,7 @@ class ModelRunner {
   RunnerConfig config_;
   std::unique_ptr<Backend> own_backend_;
   Backend* backend_;
-  std::vector<LargeBuffer> kv_memory_;  // K and V of each layer
+  std::vector<LargeBuffer> kv_memory_;  // K and V of each layer (K only with value_in_key)
   KvCacheView kv_view_;
   ForwardScratch scratch_;
   std::vector<float> logits_;

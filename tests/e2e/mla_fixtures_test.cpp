@@ -96,13 +96,24 @@ TEST_P(MlaFixture, ConfigReadsLatentAttentionAndSharedExperts) {
   const KvCacheSpec spec = model_->kv_spec(DType::F32, DType::F32);
   EXPECT_TRUE(spec.value_in_key);
   EXPECT_EQ(spec.token_bytes(), 32 * 4);
-  // A V type other than K's cannot be honoured: an error, not a silent change.
-  try {
-    validate_kv_spec(model_->kv_spec(DType::F16, DType::F32));
-    ADD_FAILURE() << "a separate V type was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("must equal the K type"), std::string::npos) << e.what();
-  }
+  // What the latent cache cannot honour is an error, not a silent change: a V type other than K's,
+  // a Hadamard rotation (it would rotate the values), attention sinks.
+  auto expect_spec_error = [](const KvCacheSpec& bad, const std::string& phrase) {
+    try {
+      validate_kv_spec(bad);
+      ADD_FAILURE() << "accepted: " << phrase;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
+    }
+  };
+  expect_spec_error(model_->kv_spec(DType::F16, DType::F32), "must equal the K type");
+  KvCacheSpec rotated = model_->kv_spec(DType::F16, DType::F16);
+  rotated.rotate = true;
+  expect_spec_error(rotated, "--kv-rotate cannot be used with latent attention");
+  KvCacheSpec sinks = model_->kv_spec(DType::F16, DType::F16);
+  sinks.rolling_window = 64;
+  sinks.sink_tokens = 4;
+  expect_spec_error(sinks, "--attention-sinks cannot be used with latent attention");
 }
 
 TEST_P(MlaFixture, BatchLogitsMatchTransformers) { test::expect_batch_logits_match(*model_, ref(), GetParam()); }
@@ -164,7 +175,18 @@ const auto keep_tensor = test::keep_tensor;
 
 TEST(MlaModelLoad, BadFilesAreClearErrors) {
   // A file converted before llama.cpp split attn_kv_b: named, with the way out.
-  test::expect_load_error(edited_lite("legacy", keep_key,
+  // As such a file is: attn_kv_b in every layer and no *_mla keys.
+  test::expect_load_error(edited_lite("legacy",
+                                      [](const std::string& key, gguf::Value&) { return key.find("_mla") == std::string::npos; },
+                                      [](gguf::TensorInfo& t, std::vector<uint8_t>&) {
+                                        if (t.name.ends_with("attn_k_b.weight")) {
+                                          t.name.replace(t.name.find("attn_k_b"), 8, "attn_kv_b");
+                                        }
+                                        return !t.name.ends_with("attn_v_b.weight");
+                                      }),
+                          {"attn_kv_b", "old layout", "convert the model again"});
+  // The same tensors with the *_mla keys kept: the layer loader names the tensor.
+  test::expect_load_error(edited_lite("legacy_keys", keep_key,
                                       [](gguf::TensorInfo& t, std::vector<uint8_t>&) {
                                         if (t.name == "blk.1.attn_k_b.weight") t.name = "blk.1.attn_kv_b.weight";
                                         return t.name != "blk.1.attn_v_b.weight";

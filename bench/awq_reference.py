@@ -58,6 +58,24 @@ def import_autoawq():
             return "full_attention"
         return getattr_(self, name)
     torch.nn.Module.__getattr__ = module_getattr
+    # AwqQuantizer._compute_best_scale keeps the layers' weights to restore after each grid point as
+    # {k: v.cpu()}: on a GPU a copy, on the CPU the same tensors, which the grid point then scales in
+    # place (fc.weight.mul_), so every "restore" keeps the previous point's scaling and the weights
+    # end up multiplied by the product of all 20 grid points' scales. Within that method, .cpu() of
+    # a CPU tensor copies, as it does from a GPU.
+    cpu_ = torch.Tensor.cpu
+
+    def copying_cpu(t, *args, **kwargs):
+        return t.detach().clone() if t.device.type == "cpu" else cpu_(t, *args, **kwargs)
+    search = quantizer.AwqQuantizer._compute_best_scale
+
+    def compute_best_scale(self, *args, **kwargs):
+        torch.Tensor.cpu = copying_cpu
+        try:
+            return search(self, *args, **kwargs)
+        finally:
+            torch.Tensor.cpu = cpu_
+    quantizer.AwqQuantizer._compute_best_scale = compute_best_scale
     return quantizer.AwqQuantizer, qwen2.Qwen2AWQForCausalLM, module.get_named_linears
 
 

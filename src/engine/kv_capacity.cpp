@@ -16,14 +16,8 @@ namespace {
 int64_t scratch_bytes(const Model& model, const EngineConfig& config) {
   const ModelConfig& c = model.config();
   const int64_t tokens = config.max_num_batched_tokens;
-  int64_t per_token = 4 * c.n_embd + 2 * c.q_width() + 2 * c.kv_width() + 3 * c.n_ff;
-  if (c.mla.enabled()) {
-    // Latent attention's buffers (mla_attention.h's MlaScratch and the heads' values).
-    const MlaConfig& m = c.mla;
-    per_token += c.n_head * (m.q_head_dim() + std::max(m.nope_dim, m.kv_lora_rank) +
-                             std::max(m.kv_lora_rank, m.v_dim) + m.rope_dim + m.v_dim) +
-                 m.q_lora_rank + m.kv_lora_rank + m.rope_dim;
-  }
+  const int64_t per_token = 4 * c.n_embd + 2 * c.q_width() + 2 * c.kv_width() + 3 * c.n_ff +
+                            mla_scratch_floats_per_token(c);
   return int64_t(sizeof(float)) * (tokens * per_token + int64_t(config.max_num_seqs) * c.n_vocab);
 }
 

@@ -290,7 +290,6 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
     if (c.mla.enabled()) {
       // Latent attention (mla_attention.h): one shared latent KV head, also the value.
       if (observer) fail("{}: calibration (imatrix, GPTQ, AWQ) does not support latent attention yet", file_->name());
-      if (kv.spec.rotate || attn.sinks > 0) fail("internal: latent attention with a rotated cache or sinks");
       rope.freq_base = c.rope_freq_base;
       mla_queries_and_keys(backend, c, l.mla, l.wq, s.normed.data(), T, batch.positions.data(), rope, s.mla, s.q.data(),
                            s.k.data());

@@ -35,6 +35,26 @@ MlaLayerWeights load_mla_layer(const gguf::GgufFile& file, const ModelConfig& c,
   return w;
 }
 
+namespace {
+
+// The per-head buffers, sized for both uses: absorbing q_nope ([H][T][nope] -> [H][T][r]) and
+// expanding the attended latents ([H][T][r] -> [H][T][v_dim]).
+void size_head_buffers(const ModelConfig& c, int64_t T, MlaScratch& s) {
+  const MlaConfig& m = c.mla;
+  s.heads_in.resize(size_t(c.n_head * T * std::max(m.nope_dim, m.kv_lora_rank)));
+  s.heads_out.resize(size_t(c.n_head * T * std::max(m.kv_lora_rank, m.v_dim)));
+}
+
+}  // namespace
+
+int64_t mla_scratch_floats_per_token(const ModelConfig& c) {
+  const MlaConfig& m = c.mla;
+  if (!m.enabled()) return 0;
+  return c.n_head * (m.q_head_dim() + std::max(m.nope_dim, m.kv_lora_rank) + std::max(m.kv_lora_rank, m.v_dim) +
+                     m.rope_dim + m.v_dim) +
+         m.q_lora_rank;
+}
+
 void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayerWeights& w, const WeightView& wq,
                           const float* x,
                           int64_t T, const int32_t* positions, const RopeParams& rope, MlaScratch& s, float* query,
@@ -52,16 +72,14 @@ void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayer
   } else {
     backend.matmul(wq, x, T, s.q.data());
   }
-  // Latent and rotary key [T][r + rope]; the latent normed in place.
-  s.kv_a.resize(size_t(T * key_dim));
-  backend.matmul(w.kv_a, x, T, s.kv_a.data());
+  // Latent and rotary key [T][r + rope], straight into `key`; the latent normed in place.
+  backend.matmul(w.kv_a, x, T, key);
   for (int64_t t = 0; t < T; ++t) {
-    float* row = s.kv_a.data() + t * key_dim;
+    float* row = key + t * key_dim;
     backend.rms_norm(row, w.kv_a_norm, 1, r, c.rms_eps, row);
   }
   // q_nope absorbed per head: [H][T][nope] -> W_kb[h] -> [H][T][r], one grouped call.
-  s.heads_in.resize(size_t(H * T * std::max(nope, r)));
-  s.heads_out.resize(size_t(H * T * std::max(r, m.v_dim)));
+  size_head_buffers(c, T, s);
   for (int64_t h = 0; h < H; ++h) {
     for (int64_t t = 0; t < T; ++t) {
       std::copy_n(s.q.data() + (t * H + h) * qd, nope, s.heads_in.data() + (h * T + t) * nope);
@@ -88,7 +106,6 @@ void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayer
       std::copy_n(s.pe.data() + (t * H + h) * d, d, out + r);
     }
   }
-  for (int64_t t = 0; t < T; ++t) std::copy_n(s.kv_a.data() + t * key_dim, key_dim, key + t * key_dim);
   s.pe.resize(size_t(T * d));
   for (int64_t t = 0; t < T; ++t) std::copy_n(key + t * key_dim + r, d, s.pe.data() + t * d);
   backend.rope(s.pe.data(), positions, T, 1, int(d), rope);
@@ -99,8 +116,7 @@ void mla_values(Backend& backend, const ModelConfig& c, const MlaLayerWeights& w
                 MlaScratch& s, float* values) {
   const MlaConfig& m = c.mla;
   const int64_t H = c.n_head, r = m.kv_lora_rank, key_dim = r + m.rope_dim, v = m.v_dim;
-  s.heads_in.resize(size_t(H * T * std::max(m.nope_dim, r)));
-  s.heads_out.resize(size_t(H * T * std::max(r, v)));
+  size_head_buffers(c, T, s);
   // [T][H][r + rope] -> the latent part per head [H][T][r] -> W_vb[h] -> [H][T][v] -> [T][H * v].
   for (int64_t h = 0; h < H; ++h) {
     for (int64_t t = 0; t < T; ++t) {

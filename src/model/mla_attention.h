@@ -49,12 +49,15 @@ MlaLayerWeights load_mla_layer(const gguf::GgufFile& file, const ModelConfig& c,
 struct MlaScratch {
   std::vector<float> q;         // [T][n_head][nope + rope]
   std::vector<float> q_latent;  // [T][q_lora_rank]
-  std::vector<float> kv_a;      // [T][r + rope]
   std::vector<float> heads_in;  // [n_head][T][max(nope, r)]  one head's rows gathered contiguous
   std::vector<float> heads_out; // [n_head][T][max(r, v_dim)]
   std::vector<float> pe;        // [T][n_head][rope]
   std::vector<MatmulGroup> groups;
 };
+
+// Floats per batched token of MlaScratch plus the heads' values (the engine's memory plan); 0
+// without latent attention.
+int64_t mla_scratch_floats_per_token(const ModelConfig& c);
 
 // From the layer's normed input x [T][n_embd]: the absorbed queries `query` [T][n_head][r + rope]
 // and the latent keys `key` [T][r + rope] (the cache's one KV head; also its value). `wq` is

@@ -176,10 +176,12 @@ struct Job {
     if (moved_sinks && recent > a.sinks) add(p_begin, std::min(p_end, a.sinks));
     add(recent, p_end);
 
+    // Latent attention's values are its keys' rows (KvCacheSpec::value_in_key): read and decoded once.
+    const bool v_is_k = cache.v == cache.k;
     auto prefetch_chunk = [&](int ci) {
       for_block_runs(table, chunks[ci][0], chunks[ci][1], [&](int64_t slot, int32_t, int32_t rows) {
         prefetch(cache.k_row(slot, kv_head), rows * cache.k_row_bytes);
-        prefetch(cache.v_row(slot, kv_head), rows * cache.v_row_bytes);
+        if (!v_is_k) prefetch(cache.v_row(slot, kv_head), rows * cache.v_row_bytes);
       });
     };
     for (int ci = 0; ci < std::min(num_chunks, kPrefetchChunks); ++ci) prefetch_chunk(ci);
@@ -191,10 +193,10 @@ struct Job {
         float* k_dst = scratch.k.data() + int64_t(first - lo) * hd;
         float* v_dst = scratch.v.data() + int64_t(first - lo) * hd;
         decode_k(cache.k_row(slot, kv_head), cache.k_row_bytes, rows, hd, k_dst);
-        decode_v(cache.v_row(slot, kv_head), cache.v_row_bytes, rows, hd, v_dst);
+        if (!v_is_k) decode_v(cache.v_row(slot, kv_head), cache.v_row_bytes, rows, hd, v_dst);
       });
       const float* k = scratch.k.data();
-      const float* v = scratch.v.data();
+      const float* v = v_is_k ? k : scratch.v.data();
       for (int t = 0; t < tile.count; ++t) {
         const int64_t token = tile.first + t;
         const int32_t pos = a.positions[token];

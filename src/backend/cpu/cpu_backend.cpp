@@ -131,6 +131,7 @@ void CpuBackend::kv_write(const KvLayerView& cache, const float* k, const float*
   const quant::WeightFormat& k_format = quant::require_format(cache.k_type);
   const quant::WeightFormat& v_format = quant::require_format(cache.v_type);
   const int64_t width = int64_t(n_kv_head) * head_dim;
+  const bool v_is_k = cache.v == cache.k;  // latent attention: V's rows are K's, written once
   if (n_kv_head != cache.n_kv_head) fail("internal: kv_write of {} KV heads into a cache of {}", n_kv_head, cache.n_kv_head);
   auto rows = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -145,6 +146,7 @@ void CpuBackend::kv_write(const KvLayerView& cache, const float* k, const float*
         } else {
           k_format.quantize_row(k_src, k_dst, head_dim);
         }
+        if (v_is_k) continue;
         if (cache.v_type == DType::F32) {
           std::memcpy(v_dst, v_src, size_t(head_dim) * sizeof(float));
         } else {

@@ -62,6 +62,10 @@ config.json is the HF config the GGUF was converted from (provenance only).
   deepseek2_yarn     DeepseekV2ForCausalLM as deepseek2_lite with YaRN factor 8 over 64, mscale =
                                            mscale_all_dim 0.707 (DeepSeek's softmax scale * mscale^2
                                            patched into the reference: transformers 4.57 omits it)
+  deepseek2_groups   DeepseekV2ForCausalLM as deepseek2 with 8 experts top-3 from the best 2 of 4
+                                           groups (group_limited_greedy: a group's best softmax score)
+  deepseek3          DeepseekV3ForCausalLM sigmoid router scores plus a selection bias, the best 2 of
+                                           4 groups by their two best scores, top-3 renormalized x 2.5
 
 MoE fixtures: with these weight scales about 1% of routed tokens have a k-th/(k+1)-th router
 probability gap under 1e-3 and a reference run routes a few hundred tokens per layer, so a gap
@@ -318,22 +322,50 @@ def randomize(model, seed, gemma, embed_std, router_scale=2.0):
 
 
 class RouterWatch:
-    """Forward hooks on every MoE router (an nn.Linear named *.mlp.gate, Mixtral's *.block_sparse_moe.gate): the smallest gap between
-    the k-th and (k+1)-th softmax probability over all tokens seen."""
+    """Forward hooks on every MoE router (an nn.Linear named *.mlp.gate, Mixtral's *.block_sparse_moe.gate,
+    DeepSeek's gate modules): the smallest margin of a routing decision over all tokens seen, i.e.
+    the gap between the k-th and (k+1)-th selection score of the experts a token may choose, and
+    with group-limited routing also between the last chosen and the first unchosen group score.
+    routing: dict(gating="softmax"|"sigmoid", n_group, topk_group, group_score="max"|"top2") for
+    DeepSeek's routers; plain softmax top-k without it."""
 
-    def __init__(self, model, k):
+    def __init__(self, model, k, routing=None):
         self.k, self.min_gap, self.calls, self.handles = k, float("inf"), 0, []
+        self.routing = routing or dict(gating="softmax", n_group=1, topk_group=1, group_score="max")
         for name, mod in model.named_modules():
             if name.endswith("mlp.gate") or name.endswith("block_sparse_moe.gate"):
                 self.handles.append(mod.register_forward_hook(self.hook))
 
     def hook(self, module, inputs, output):
-        # DeepSeek-V2's gate is not an nn.Linear (it returns the chosen experts): its logits are
-        # recomputed from its input and weight.
-        logits = output if isinstance(module, torch.nn.Linear) else inputs[0] @ module.weight.t()
-        probs = torch.softmax(logits.reshape(-1, logits.shape[-1]).float(), dim=-1)
-        top = torch.topk(probs, self.k + 1, dim=-1).values
-        self.min_gap = min(self.min_gap, float((top[:, self.k - 1] - top[:, self.k]).min()))
+        # DeepSeek's gates are not nn.Linear (they return the chosen experts): their logits are
+        # recomputed from the input and weight.
+        if isinstance(module, torch.nn.Linear):
+            logits = output
+        else:
+            x = inputs[0].reshape(-1, module.weight.shape[-1]).float()
+            logits = x @ module.weight.float().t()
+        logits = logits.reshape(-1, logits.shape[-1]).float()
+        r = self.routing
+        scores = torch.sigmoid(logits) if r["gating"] == "sigmoid" else torch.softmax(logits, dim=-1)
+        bias = getattr(module, "e_score_correction_bias", None)
+        selection = scores + bias.float() if bias is not None else scores
+        gaps = []
+        if r["n_group"] > 1 and r["topk_group"] < r["n_group"]:
+            grouped = selection.reshape(selection.shape[0], r["n_group"], -1)
+            if r["group_score"] == "top2":
+                group_scores = grouped.topk(2, dim=-1).values.sum(dim=-1)
+            else:
+                group_scores = grouped.max(dim=-1).values
+            top = torch.topk(group_scores, r["topk_group"] + 1, dim=-1)
+            gaps.append(float((top.values[:, -2] - top.values[:, -1]).min()))
+            keep = torch.zeros_like(group_scores, dtype=torch.bool)
+            keep.scatter_(1, top.indices[:, :r["topk_group"]], True)
+            keep = keep.unsqueeze(-1).expand_as(grouped).reshape(selection.shape)
+            selection = selection.masked_fill(~keep, float("-inf"))
+        top = torch.topk(selection, self.k + 1, dim=-1).values
+        gap = top[:, self.k - 1] - top[:, self.k]
+        gaps.append(float(gap[torch.isfinite(gap)].min()) if bool(torch.isfinite(gap).any()) else float("inf"))
+        self.min_gap = min([self.min_gap] + gaps)
         self.calls += 1
 
 
@@ -450,6 +482,8 @@ def build_once(spec, seed, out_root, llama_cpp, work):
     if config.tie_word_embeddings:
         assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
     randomize(model, seed, spec.get("gemma", False), spec.get("embed_std", 1.0))
+    if spec.get("prepare"):
+        spec["prepare"](model, seed)
     model.save_pretrained(hf, safe_serialization=True)
     gen_cfg = os.path.join(hf, "generation_config.json")
     if os.path.exists(gen_cfg):
@@ -465,7 +499,7 @@ def build_once(spec, seed, out_root, llama_cpp, work):
     assert vocab_size == len(hf_tok) == tok.vocab_size(), (vocab_size, len(hf_tok), tok.vocab_size())
     sliding = spec.get("sliding", 0)
     k = spec.get("top_k", 0)
-    watch = RouterWatch(model, k) if k else None
+    watch = RouterWatch(model, k, spec.get("routing")) if k else None
 
     if spec.get("longrope"):
         ref, min_margin = longrope_reference_runs(model, hf_tok, seed, config.architectures[0], vocab_size)
@@ -712,7 +746,55 @@ def specs(lines):
                                     bos_token_id=eos, eos_token_id=eos))
     out.append(dict(name="deepseek2_yarn", cls=T.DeepseekV2ForCausalLM, config=cfg, tok=tok, seed=25, top_k=2,
                     patch=deepseek_yarn_softmax_scale))
+
+    # DeepSeek-V2 236B's group-limited routing (group_limited_greedy): 8 experts in 4 groups of 2,
+    # a token chooses its 3 experts from the 2 groups whose best softmax score is highest. Queries
+    # through a rank-20 latent (llama.cpp reads q_lora_rank for every deepseek2 model not of Lite's
+    # layer counts).
+    tok, eos = bpe(380)
+    cfg = T.DeepseekV2Config(
+        vocab_size=tok.vocab_size(), hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, n_shared_experts=2,
+        n_routed_experts=8, num_experts_per_tok=3, routed_scaling_factor=1.5, kv_lora_rank=24,
+        q_lora_rank=20, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, topk_method="group_limited_greedy",
+        n_group=4, topk_group=2, norm_topk_prob=False, first_k_dense_replace=1, max_position_embeddings=512,
+        rms_norm_eps=1e-6, rope_theta=10000.0, rope_scaling=None, attention_bias=False,
+        tie_word_embeddings=False, bos_token_id=eos, eos_token_id=eos, pad_token_id=None,
+        architectures=["DeepseekV2ForCausalLM"])
+    out.append(dict(name="deepseek2_groups", cls=T.DeepseekV2ForCausalLM, config=cfg, tok=tok, seed=27, top_k=3,
+                    routing=dict(gating="softmax", n_group=4, topk_group=2, group_score="max")))
+
+    # DeepSeek-V3 (and Kimi-K2, which converts the same way): sigmoid router scores, a per-expert
+    # selection bias (e_score_correction_bias, llama.cpp's exp_probs_b) that picks experts but does
+    # not weight them, the best 2 of 4 groups by the sum of their two best biased scores, the 3
+    # chosen weights renormalized and scaled by 2.5; one shared expert; interleaved RoPE pairs.
+    tok, eos = bpe(380)
+    cfg = T.DeepseekV3Config(
+        vocab_size=tok.vocab_size(), hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1,
+        n_routed_experts=8, num_experts_per_tok=3, routed_scaling_factor=2.5, kv_lora_rank=24,
+        q_lora_rank=20, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, n_group=4, topk_group=2,
+        norm_topk_prob=True, first_k_dense_replace=1, max_position_embeddings=512, rms_norm_eps=1e-6,
+        rope_theta=10000.0, rope_scaling=None, rope_interleave=True, attention_bias=False,
+        tie_word_embeddings=False, bos_token_id=eos, eos_token_id=eos, pad_token_id=None,
+        scoring_func="sigmoid", topk_method="noaux_tc", architectures=["DeepseekV3ForCausalLM"])
+    out.append(dict(name="deepseek3", cls=T.DeepseekV3ForCausalLM, config=cfg, tok=tok, seed=28, top_k=3,
+                    prepare=deepseek3_selection_bias,
+                    routing=dict(gating="sigmoid", n_group=4, topk_group=2, group_score="top2")))
     return out
+
+
+def deepseek3_selection_bias(model, seed):
+    """DeepSeek-V3's e_score_correction_bias is a buffer (randomize sets parameters only): N(0, 0.1),
+    about the spread of the sigmoid scores near their top, so it changes which experts are chosen."""
+    g = torch.Generator().manual_seed(seed + 1)
+    n = 0
+    with torch.no_grad():
+        for name, buf in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buf.copy_(0.1 * torch.randn(buf.shape, generator=g))
+                n += 1
+    assert n == model.config.num_hidden_layers - model.config.first_k_dense_replace, n
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ std::string shared_model_path(const std::string& relative);
 std::string default_model_path();
 // tests/data in the source tree.
 std::string test_data_path(const std::string& relative);
-// A fresh scratch directory for one test process (removed and recreated).
+// A fresh scratch directory for one test process (removed and recreated; removed again when the
+// process exits).
 std::string scratch_dir(const std::string& name);
 // Reads a whole file; fails the test if it cannot.
 std::string read_file(const std::string& path);

@@ -41,6 +41,9 @@ void info(const InfoOptions& o) {
     fmt::print("experts:         {} per layer, {} per token, FFN {} each{}{}\n", c.moe.n_expert, c.moe.n_expert_used,
                c.moe.n_ff_expert, c.moe.n_ff_shared > 0 ? fmt::format(", shared expert FFN {}", c.moe.n_ff_shared) : "",
                c.moe.normalize_top_k ? ", top-k weights renormalized" : "");
+    fmt::print("routing:         {} scores{}{}\n", c.moe.gating == MoeConfig::Gating::Sigmoid ? "sigmoid" : "softmax",
+               c.moe.group_limited() ? fmt::format(", the best {} of {} expert groups", c.moe.n_group_used, c.moe.n_group) : "",
+               c.moe.weights_scale != 1.0f ? fmt::format(", weights x {}", c.moe.weights_scale) : "");
   }
   fmt::print("heads:           {} query, {} key/value (head size {})\n", c.n_head, c.n_head_kv, c.head_dim);
   fmt::print("RoPE:            {} dims, base {}, {} order, scale {}{}\n", c.n_rot, c.rope_freq_base,

@@ -8,45 +8,104 @@
 
 namespace kestrel {
 
-void route_tokens(const float* logits, int64_t T, const MoeConfig& m, MoeRouting& r) {
+namespace {
+
+// The index of the largest of values[0, n) not yet taken (ties: the lower index; a NaN never
+// wins), or -1 when every value is taken.
+int64_t best_free(const float* values, const std::vector<bool>& taken, int64_t n) {
+  int64_t best = -1;
+  for (int64_t e = 0; e < n; ++e) {
+    if (taken[size_t(e)]) continue;
+    if (best < 0 || values[e] > values[best]) best = e;
+  }
+  return best;
+}
+
+// Marks every expert outside the token's n_group_used best groups as taken (unavailable).
+void exclude_groups(const float* selection, const MoeConfig& m, MoeRouting& r) {
+  const int64_t per_group = m.n_expert / m.n_group;
+  r.group_scores.resize(size_t(m.n_group));
+  r.group_taken.assign(size_t(m.n_group), false);
+  for (int64_t g = 0; g < m.n_group; ++g) {
+    const float* v = selection + g * per_group;
+    int64_t first = 0;
+    for (int64_t e = 1; e < per_group; ++e) {
+      if (v[e] > v[first]) first = e;
+    }
+    float score = v[first];
+    if (m.group_score == MoeConfig::GroupScore::TopTwoSum) {
+      int64_t second = first == 0 ? 1 : 0;
+      for (int64_t e = 0; e < per_group; ++e) {
+        if (e != first && v[e] > v[second]) second = e;
+      }
+      score += v[second];
+    }
+    r.group_scores[size_t(g)] = score;
+  }
+  for (int64_t j = 0; j < m.n_group_used; ++j) {
+    const int64_t g = best_free(r.group_scores.data(), r.group_taken, m.n_group);
+    r.group_taken[size_t(g)] = true;  // chosen: its experts stay available
+  }
+  for (int64_t e = 0; e < m.n_expert; ++e) r.taken[size_t(e)] = !r.group_taken[size_t(e / per_group)];
+}
+
+}  // namespace
+
+void route_tokens(const float* logits, int64_t T, const MoeConfig& m, MoeRouting& r, const float* selection_bias) {
   const int64_t n = m.n_expert, k = m.n_expert_used;
   if (k < 1 || k > n) fail("internal: {} of {} experts per token", k, n);
+  if (m.group_limited() && (n % m.n_group != 0 || k > m.n_group_used * (n / m.n_group))) {
+    fail("internal: {} experts per token from {} of {} groups of {} experts", k, m.n_group_used, m.n_group, n);
+  }
   r.n_tokens = T;
   r.k = k;
   r.experts.resize(size_t(T * k));
   r.weights.resize(size_t(T * k));
   std::vector<float>& p = r.probs;
+  std::vector<float>& selection = r.selection;
   std::vector<bool>& taken = r.taken;
   p.resize(size_t(n));
+  selection.resize(size_t(n));
   taken.resize(size_t(n));
   for (int64_t t = 0; t < T; ++t) {
     const float* l = logits + t * n;
-    float max = -std::numeric_limits<float>::infinity();
-    for (int64_t e = 0; e < n; ++e) max = std::max(max, l[e]);
-    float sum = 0.0f;
-    for (int64_t e = 0; e < n; ++e) {
-      p[size_t(e)] = std::exp(l[e] - max);
-      sum += p[size_t(e)];
+    if (m.gating == MoeConfig::Gating::Sigmoid) {
+      for (int64_t e = 0; e < n; ++e) p[size_t(e)] = 1.0f / (1.0f + std::exp(-l[e]));
+    } else {
+      float max = -std::numeric_limits<float>::infinity();
+      for (int64_t e = 0; e < n; ++e) max = std::max(max, l[e]);
+      float sum = 0.0f;
+      for (int64_t e = 0; e < n; ++e) {
+        p[size_t(e)] = std::exp(l[e] - max);
+        sum += p[size_t(e)];
+      }
+      for (int64_t e = 0; e < n; ++e) p[size_t(e)] /= sum;
     }
-    for (int64_t e = 0; e < n; ++e) p[size_t(e)] /= sum;
-    // Top k by selection, in order: a strictly greater probability wins, so on ties the lower
-    // index comes first (deterministic); a NaN never wins, and if nothing can, the lowest free
-    // index is taken so k distinct experts are always chosen.
-    std::fill(taken.begin(), taken.end(), false);
+    const float* choose_by = p.data();
+    if (selection_bias != nullptr) {
+      for (int64_t e = 0; e < n; ++e) selection[size_t(e)] = p[size_t(e)] + selection_bias[e];
+      choose_by = selection.data();
+    }
+    // Top k by selection, in order: a strictly greater score wins, so on ties the lower index
+    // comes first (deterministic); a NaN never wins, and if nothing can, the lowest free index is
+    // taken so k distinct experts are always chosen. Experts outside the chosen groups start taken.
+    if (m.group_limited()) {
+      exclude_groups(choose_by, m, r);
+    } else {
+      std::fill(taken.begin(), taken.end(), false);
+    }
     int32_t* chosen = r.experts.data() + t * k;
     float* weight = r.weights.data() + t * k;
     float chosen_sum = 0.0f;
     for (int64_t j = 0; j < k; ++j) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < n; ++e) {
-        if (taken[size_t(e)]) continue;
-        if (best < 0 || p[size_t(e)] > p[size_t(best)]) best = e;
-      }
+      const int64_t best = best_free(choose_by, taken, n);
       taken[size_t(best)] = true;
       chosen[j] = int32_t(best);
       weight[j] = p[size_t(best)];
       chosen_sum += weight[j];
     }
+    // llama.cpp's floor on the sum (the smallest normal F16): sigmoid scores can all underflow.
+    chosen_sum = std::max(chosen_sum, 6.103515625e-5f);
     for (int64_t j = 0; j < k; ++j) {
       if (m.normalize_top_k) weight[j] /= chosen_sum;
       weight[j] *= m.weights_scale;
@@ -60,7 +119,7 @@ void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, Gat
   if (n_expert != m.n_expert || T <= 0) fail("internal: MoE layer of {} experts for a config of {}", n_expert, m.n_expert);
   s.logits.resize(size_t(T * n_expert));
   backend.matmul(w.router, x, T, s.logits.data());
-  route_tokens(s.logits.data(), T, m, s.routing);
+  route_tokens(s.logits.data(), T, m, s.routing, w.selection_bias);
   const int64_t k = s.routing.k;
   const int32_t* experts = s.routing.experts.data();
 

@@ -1,7 +1,8 @@
 // A Mixture-of-Experts FFN block (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2) on the backend's kernels:
 //   logits = h . router^T                 [T][n_expert]
-//   p = softmax(logits); the top k experts per token (ties: the lower index); their weights
-//   p_j (/ sum p_j when normalize_top_k) * weights_scale
+//   p = softmax(logits) (or sigmoid(logits), DeepSeek-V3); the top k experts per token by p + bias
+//   (DeepSeek-V3's selection bias; ties: the lower index), among the best groups only where routing
+//   is group-limited; their weights p_j (/ sum p_j when normalize_top_k) * weights_scale
 //   out[t] = sum_j w[t][j] * down_e(act(gate_e h_t) * up_e h_t)   over the token's experts e = e[t][j]
 //          [+ [sigmoid(shared_gate_inp . h_t) *] shared_down(act(shared_gate h_t) * shared_up h_t)]
 // The step's tokens are grouped by expert: each chosen expert runs once, over the rows of the
@@ -26,12 +27,18 @@ struct MoeRouting {
   int64_t k = 0;
   std::vector<int32_t> experts;  // [n_tokens][k]
   std::vector<float> weights;    // [n_tokens][k]
-  std::vector<float> probs;      // [n_expert] one token's softmax (working space)
-  std::vector<bool> taken;       // [n_expert] experts already chosen for it (working space)
+  // Working space for one token:
+  std::vector<float> probs;         // [n_expert] its softmax or sigmoid scores
+  std::vector<float> selection;     // [n_expert] scores + selection bias
+  std::vector<bool> taken;          // [n_expert] experts chosen or out of its groups
+  std::vector<float> group_scores;  // [n_group]
+  std::vector<bool> group_taken;    // [n_group] groups chosen
 };
 
-// Routes T tokens from their router logits [T][m.n_expert] (softmax, top-k, normalization).
-void route_tokens(const float* logits, int64_t T, const MoeConfig& m, MoeRouting& routing);
+// Routes T tokens from their router logits [T][m.n_expert] (gating, groups, top-k, normalization).
+// selection_bias: [m.n_expert] added to the scores for choosing only, or null.
+void route_tokens(const float* logits, int64_t T, const MoeConfig& m, MoeRouting& routing,
+                  const float* selection_bias = nullptr);
 
 // Buffers reused across layers and steps (grown as needed, never shrunk).
 struct MoeScratch {

@@ -55,13 +55,6 @@ MoeConfig read_moe_config(const gguf::GgufFile& file, const std::string& arch, i
     // DeepSeek's shared experts are one MLP of expert_shared_count experts' width, ungated.
     m.n_ff_shared = m.n_ff_expert * moe_key(file, p + "expert_shared_count", 0);
     m.shared_gated = false;
-    // Group-limited routing (DeepSeek-V2 236B: the best experts of the best groups only).
-    const int64_t groups = moe_key(file, p + "expert_group_count", 1);
-    const int64_t groups_used = moe_key(file, p + "expert_group_used_count", groups);
-    if (groups > 1 && groups_used < groups) {
-      fail("{}: {}expert_group_count {} with expert_group_used_count {}: group-limited routing is not supported "
-           "yet (supported: every group used)", file.name(), p, groups, groups_used);
-    }
   }
   // llama.cpp's converter writes no expert_weights_norm for these: Qwen2-MoE's, OLMoE's and
   // DeepSeek-V2's norm_topk_prob is false, Qwen3-MoE's and Mixtral's true (as llama.cpp's graphs
@@ -72,9 +65,32 @@ MoeConfig read_moe_config(const gguf::GgufFile& file, const std::string& arch, i
     if (!(*scale > 0.0)) fail("{}: {}expert_weights_scale {} must be positive", file.name(), p, *scale);
     m.weights_scale = float(*scale);
   }
-  // llama.cpp's gating function ids: 0 none (the architecture's default, softmax here), 1 softmax.
-  if (auto gating = file.get_uint(p + "expert_gating_func"); gating && *gating > 1) {
-    fail("{}: {}expert_gating_func {} is not supported (supported: softmax)", file.name(), p, *gating);
+  // llama.cpp's gating function ids: 0 none (the architecture's default, softmax here), 1 softmax,
+  // 2 sigmoid; 3 (softmax over the chosen experts' logits) and 4 (sqrt softplus) are other families'.
+  if (auto gating = file.get_uint(p + "expert_gating_func"); gating && *gating > 2) {
+    fail("{}: {}expert_gating_func {} is not supported (supported: 1 softmax, 2 sigmoid)", file.name(), p, *gating);
+  } else if (gating && *gating == 2) {
+    m.gating = MoeConfig::Gating::Sigmoid;
+  }
+  // Groups (llama.cpp reads them for every architecture). The group score follows the gating:
+  // DeepSeek-V2's softmax routers rank groups by their best expert, DeepSeek-V3's sigmoid ones by
+  // their best two (llama.cpp uses the best two for both).
+  m.n_group = moe_key(file, p + "expert_group_count", 1);
+  m.n_group_used = moe_key(file, p + "expert_group_used_count", m.n_group);
+  if (m.n_group < 1 || m.n_expert % m.n_group != 0) {
+    fail("{}: {}expert_group_count {} must divide {}expert_count {}", file.name(), p, m.n_group, p, m.n_expert);
+  }
+  if (m.n_group_used < 1 || m.n_group_used > m.n_group) {
+    fail("{}: {}expert_group_used_count {} must be between 1 and {}expert_group_count {}", file.name(), p,
+         m.n_group_used, p, m.n_group);
+  }
+  if (m.n_expert_used > m.n_group_used * (m.n_expert / m.n_group)) {
+    fail("{}: {}expert_used_count {} exceeds the {} experts of {} of {} groups", file.name(), p, m.n_expert_used,
+         m.n_group_used * (m.n_expert / m.n_group), m.n_group_used, m.n_group);
+  }
+  m.group_score = m.gating == MoeConfig::Gating::Sigmoid ? MoeConfig::GroupScore::TopTwoSum : MoeConfig::GroupScore::Max;
+  if (m.group_limited() && m.group_score == MoeConfig::GroupScore::TopTwoSum && m.n_expert / m.n_group < 2) {
+    fail("{}: {}expert_group_count {}: a group of one expert has no best two", file.name(), p, m.n_group);
   }
   return m;
 }
@@ -106,7 +122,7 @@ MoeLayerWeights load_moe_layer(const gguf::GgufFile& file, const ModelConfig& c,
   w.up_stack = stack_view(file, p + "ffn_up_exps.weight", m.n_expert, m.n_ff_expert, c.n_embd, count_key, "experts");
   w.down_stack = stack_view(file, p + "ffn_down_exps.weight", m.n_expert, c.n_embd, m.n_ff_expert, count_key, "experts");
   if (file.find_tensor(p + "exp_probs_b.bias") != nullptr) {
-    fail("{}: tensor '{}exp_probs_b.bias' (DeepSeek-V3's routing bias) is not supported yet", file.name(), p);
+    w.selection_bias = vector_view(file, p + "exp_probs_b.bias", m.n_expert, "expert selection bias", owned_vectors);
   }
   const bool shared = c.architecture == "qwen2moe" || file.find_tensor(p + "ffn_up_shexp.weight") != nullptr ||
                       m.n_ff_shared > 0;

@@ -30,6 +30,8 @@ struct MoeLayerWeights {
   WeightView shared_up;       // [n_ff_shared][n_embd]             (blk.N.ffn_up_shexp)
   WeightView shared_down;     // [n_embd][n_ff_shared]             (blk.N.ffn_down_shexp)
   WeightView shared_gate_inp; // [1][n_embd], F32                  (blk.N.ffn_gate_inp_shexp); none: ungated (DeepSeek)
+  // DeepSeek-V3's per-expert bias added to the scores for choosing experts, not for weighting them.
+  const float* selection_bias = nullptr;  // [n_expert] or none    (blk.N.exp_probs_b.bias)
 
   bool has_experts() const { return n_expert > 0; }
   bool has_shared_expert() const { return shared_gate.data != nullptr; }

@@ -217,6 +217,68 @@ TEST(MoeRouting, SoftmaxTopKNormalizedWithTiesToTheLowerIndex) {
   EXPECT_NEAR(r.weights[0] + r.weights[1], 2.5, 1e-5);
 }
 
+// Eight experts in four groups of two, scores chosen so that each rule picks differently:
+//   expert       0     1     2     3     4     5     6     7
+//   score      .95   .10   .80   .70   .85   .05   .50   .58
+//   bias         0     0     0     0     0     0  +.10  -.03   (selection: .60 and .55 for 6 and 7)
+// Groups by their two best selection scores (DeepSeek-V3): {2,3} 1.50, {6,7} 1.15, {0,1} 1.05,
+// {4,5} 0.90 -> the best two groups hold 2, 3, 6, 7, and the top 3 of those by selection are 2, 3, 6
+// (6 over 7 only through the bias); weights are the unbiased scores .8, .7, .5 renormalized.
+// Groups by their best score (DeepSeek-V2): {0,1} .95, {4,5} .85 -> experts 0, 4, 1.
+constexpr float kGroupScores[8] = {0.95f, 0.10f, 0.80f, 0.70f, 0.85f, 0.05f, 0.50f, 0.58f};
+
+MoeConfig grouped_config(MoeConfig::Gating gating, MoeConfig::GroupScore score) {
+  MoeConfig m;
+  m.n_expert = 8;
+  m.n_expert_used = 3;
+  m.n_group = 4;
+  m.n_group_used = 2;
+  m.gating = gating;
+  m.group_score = score;
+  return m;
+}
+
+TEST(MoeRouting, SigmoidScoresWithSelectionBiasAndGroupsByTheirBestTwo) {
+  MoeConfig m = grouped_config(MoeConfig::Gating::Sigmoid, MoeConfig::GroupScore::TopTwoSum);
+  m.normalize_top_k = true;
+  m.weights_scale = 2.5f;
+  float logits[8];
+  for (int e = 0; e < 8; ++e) logits[e] = std::log(kGroupScores[e] / (1.0f - kGroupScores[e]));
+  const float bias[8] = {0, 0, 0, 0, 0, 0, 0.10f, -0.03f};
+  MoeRouting r;
+  route_tokens(logits, 1, m, r, bias);
+  ASSERT_EQ(r.experts, (std::vector<int32_t>{2, 3, 6}));
+  EXPECT_NEAR(r.weights[0], 2.5 * 0.8 / 2.0, 1e-5);
+  EXPECT_NEAR(r.weights[1], 2.5 * 0.7 / 2.0, 1e-5);
+  EXPECT_NEAR(r.weights[2], 2.5 * 0.5 / 2.0, 1e-5);
+  // Without the bias expert 7 (.58) beats 6 (.50).
+  route_tokens(logits, 1, m, r);
+  EXPECT_EQ(r.experts, (std::vector<int32_t>{2, 3, 7}));
+  // Every group used: the plain top 3 by selection, 0, 4, 2.
+  m.n_group_used = 4;
+  route_tokens(logits, 1, m, r, bias);
+  EXPECT_EQ(r.experts, (std::vector<int32_t>{0, 4, 2}));
+}
+
+TEST(MoeRouting, SoftmaxGroupsRankedByTheirBestExpert) {
+  MoeConfig m = grouped_config(MoeConfig::Gating::Softmax, MoeConfig::GroupScore::Max);
+  m.normalize_top_k = false;  // DeepSeek-V2
+  float logits[8];
+  double sum = 0.0;
+  for (int e = 0; e < 8; ++e) {
+    logits[e] = std::log(kGroupScores[e]);  // softmax: the scores over their sum, 4.53
+    sum += kGroupScores[e];
+  }
+  MoeRouting r;
+  route_tokens(logits, 1, m, r);
+  ASSERT_EQ(r.experts, (std::vector<int32_t>{0, 4, 1}));
+  EXPECT_NEAR(r.weights[0], 0.95 / sum, 1e-6) << "not renormalized";
+  EXPECT_NEAR(r.weights[2], 0.10 / sum, 1e-6);
+  // The same scores ranked by each group's best two choose groups {2,3} and {6,7}.
+  route_tokens(logits, 1, grouped_config(MoeConfig::Gating::Softmax, MoeConfig::GroupScore::TopTwoSum), r);
+  EXPECT_EQ(r.experts, (std::vector<int32_t>{2, 3, 7}));
+}
+
 TEST(MoeRouting, NaNLogitsStillChooseDistinctExperts) {
   MoeConfig m;
   m.n_expert = 4;

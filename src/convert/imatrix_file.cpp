@@ -91,7 +91,9 @@ std::vector<float> ImatrixEntry::mean(int64_t mat) const {
   const int64_t n = n_in();
   std::vector<float> out(static_cast<size_t>(n));
   const double count = double(counts.at(size_t(mat)));
-  for (int64_t c = 0; c < n; ++c) out[size_t(c)] = count > 0 ? float(sum2[size_t(mat * n + c)] / count) : 0.0f;
+  // An expert no calibration token reached has no data: every channel counts the same (1, as
+  // llama-quantize reads such a partial entry), not 0, which would leave nothing to weight by.
+  for (int64_t c = 0; c < n; ++c) out[size_t(c)] = count > 0 ? float(sum2[size_t(mat * n + c)] / count) : 1.0f;
   return out;
 }
 

@@ -21,7 +21,8 @@ struct ImatrixEntry {
   std::vector<double> sum2;     // [n_mat][n_in]: sum of x_c^2 over the counted tokens
   std::vector<int64_t> counts;  // [n_mat]: tokens counted (n_mat > 1 only for MoE experts)
   int64_t n_in() const { return counts.empty() ? 0 : int64_t(sum2.size() / counts.size()); }
-  // Per-channel mean of x^2 for matrix `mat`: the importance llama.cpp's quantizers weight by.
+  // Per-channel mean of x^2 for matrix `mat`: the importance llama.cpp's quantizers weight by (all
+  // 1 for a matrix with count 0: an expert no calibration token reached, as llama-quantize reads it).
   std::vector<float> mean(int64_t mat = 0) const;
 };
 

@@ -12,8 +12,12 @@ std::string calibration_limit(const Model& model, bool names_only) {
   const ModelConfig& c = model.config();
   const gguf::GgufFile& file = model.file();
   if (file.find_tensor("blk.0.attn_qkv.weight") != nullptr) return "fused attn_qkv tensors";
-  if (c.gated_ffn && file.find_tensor("blk.0.ffn_gate.weight") == nullptr) return "a fused gate+up ffn_up tensor";
+  if (c.gated_ffn && !c.moe.enabled() && file.find_tensor("blk.0.ffn_gate.weight") == nullptr) {
+    return "a fused gate+up ffn_up tensor";
+  }
+  if (c.mla.enabled()) return "latent attention";
   if (names_only) return "";
+  if (c.moe.enabled()) return "Mixture-of-Experts layers";
   if (c.norm != NormKind::Rms) return "LayerNorm";
   if (!c.input_norms) return "blocks without input norms";
   if (c.parallel_block) return "parallel attention and MLP blocks";

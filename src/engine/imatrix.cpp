@@ -8,24 +8,40 @@
 
 namespace kestrel {
 
-void ImatrixCollector::observe(int64_t layer, LinearKind kind, const float* x, int64_t n, int64_t cols) {
-  if (kind == LinearKind::Output && !include_output_) return;
-  const std::string name = linear_tensor_name(layer, kind);
-  ImatrixEntry& e = matrix_.entries[name];
+namespace {
+
+// Adds x [n][cols]'s squares to matrix `mat` of entry `name` (made with n_mat matrices on first use).
+void accumulate(ImportanceMatrix& matrix, const std::string& name, int64_t mat, int64_t n_mat, const float* x,
+                int64_t n, int64_t cols) {
+  ImatrixEntry& e = matrix.entries[name];
   if (e.counts.empty()) {
-    e.sum2.assign(size_t(cols), 0.0);
-    e.counts = {0};
+    e.sum2.assign(size_t(n_mat * cols), 0.0);
+    e.counts.assign(size_t(n_mat), 0);
   }
-  if (e.n_in() != cols) fail("internal: '{}' seen with {} and {} input channels", name, e.n_in(), cols);
-  double* acc = e.sum2.data();
+  if (e.n_in() != cols || int64_t(e.counts.size()) != n_mat) {
+    fail("internal: '{}' seen as {} x {} and {} x {}", name, e.counts.size(), e.n_in(), n_mat, cols);
+  }
+  double* acc = e.sum2.data() + mat * cols;
   for (int64_t t = 0; t < n; ++t) {
     const float* row = x + t * cols;
     for (int64_t c = 0; c < cols; ++c) acc[c] += double(row[c]) * double(row[c]);
   }
-  e.counts[0] += n;
+  e.counts[size_t(mat)] += n;
   for (int64_t c = 0; c < cols; ++c) {
     if (!std::isfinite(acc[c])) fail("non-finite activations reached '{}' (channel {})", name, c);
   }
+}
+
+}  // namespace
+
+void ImatrixCollector::observe(int64_t layer, LinearKind kind, const float* x, int64_t n, int64_t cols) {
+  if (kind == LinearKind::Output && !include_output_) return;
+  accumulate(matrix_, linear_tensor_name(layer, kind), 0, 1, x, n, cols);
+}
+
+void ImatrixCollector::observe_expert(int64_t layer, LinearKind kind, int64_t expert, int64_t n_expert,
+                                      const float* x, int64_t n, int64_t cols) {
+  accumulate(matrix_, linear_tensor_name(layer, kind), expert, n_expert, x, n, cols);
 }
 
 ImatrixResult compute_imatrix(const Model& model, std::span<const int32_t> tokens, PerplexityOptions options,

@@ -18,6 +18,7 @@
 // the runner moves the hidden state between stages.
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -58,9 +59,20 @@ void gather_rows(Communicator& tp, const float* mine, int64_t T, std::span<const
 }  // namespace
 
 std::string linear_tensor_name(int64_t layer, LinearKind kind) {
-  const char* names[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+  // In LinearKind's order.
+  const char* names[] = {"attn_q",        "attn_k",        "attn_v",         "attn_output",   "ffn_gate",
+                         "ffn_up",        "ffn_down",      "output",         "ffn_gate_inp",  "ffn_gate_exps",
+                         "ffn_up_exps",   "ffn_down_exps", "ffn_gate_shexp", "ffn_up_shexp",  "ffn_down_shexp",
+                         "ffn_gate_inp_shexp"};
+  static_assert(std::size(names) == size_t(LinearKind::SharedGateInp) + 1);
   if (kind == LinearKind::Output) return "output.weight";
   return fmt::format("blk.{}.{}.weight", layer, names[int(kind)]);
+}
+
+void ActivationObserver::observe_expert(int64_t layer, LinearKind kind, int64_t, int64_t, const float*, int64_t,
+                                        int64_t) {
+  fail("calibration (GPTQ, AWQ) does not support Mixture-of-Experts layers yet ({}); use --method imatrix or rtn",
+       linear_tensor_name(layer, kind));
 }
 
 void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheView& kv,
@@ -232,11 +244,7 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
         c.activation == Activation::GeluTanh ? GatedActivation::GeluTanh : GatedActivation::Silu;
     if (l.moe.has_experts()) {
       // Mixture of Experts (moe_ffn.h) instead of the dense MLP; the loader refuses --tp for MoE.
-      if (observer) {
-        fail("{}: calibration (imatrix, GPTQ, AWQ) does not support Mixture-of-Experts layers yet (layer {})",
-             file_->name(), il);
-      }
-      moe_ffn(backend, c.moe, l.moe, act, s.normed.data(), T, s.moe, s.proj.data());
+      moe_ffn(backend, c.moe, l.moe, act, s.normed.data(), T, s.moe, s.proj.data(), {observer, il});
     } else {
       dense_mlp(il, l, act);
     }

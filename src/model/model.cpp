@@ -455,9 +455,9 @@ WeightView& LayerWeights::matrix(LinearKind kind) {
     case LinearKind::FfnGate: return w_gate;
     case LinearKind::FfnUp: return w_up;
     case LinearKind::FfnDown: return w_down;
-    case LinearKind::Output: break;
+    default: break;
   }
-  fail("internal: the output head is not a layer matrix");
+  fail("internal: {} is not a dense layer's matrix", linear_tensor_name(0, kind));
 }
 
 WeightView* Model::replaceable_matrix(const std::string& name) {

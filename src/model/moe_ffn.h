@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/activation_observer.h"
 #include "model/moe_config.h"
 #include "model/moe_weights.h"
 
@@ -57,9 +58,17 @@ struct MoeScratch {
   std::vector<MatmulGroup> down_groups;
 };
 
+// Who sees the block's matrix inputs (calibration: an importance matrix), and as which layer.
+struct MoeObserver {
+  ActivationObserver* observer = nullptr;
+  int64_t layer = 0;
+};
+
 // out[T][n_embd] = the MoE block over x[T][n_embd] (RMSNorm'd hidden states). `act` is the
-// experts' gated activation.
+// experts' gated activation. With an observer, every matrix's input is shown before it is read:
+// the router's and the shared experts' as whole batches, each chosen expert's rows by
+// observe_expert (gate and up: the tokens routed to it; down: their act(gate) * up).
 void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, GatedActivation act, const float* x,
-             int64_t T, MoeScratch& s, float* out);
+             int64_t T, MoeScratch& s, float* out, MoeObserver seen = {});
 
 }  // namespace kestrel

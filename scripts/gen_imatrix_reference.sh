@@ -16,8 +16,16 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 head -c 20000 "$root/../shared/models/text/wikitext-2-test.txt" > "$work/text.txt"
 mkdir -p "$out"
-for fixture in qwen2_moe mixtral; do
-  "$imatrix" -m "$root/tests/data/arch/$fixture/model.gguf" -f "$work/text.txt" -c 64 --chunks 8 -t 2 \
-    -o "$out/$fixture.gguf" > "$work/$fixture.log" 2>&1 || { cat "$work/$fixture.log"; exit 1; }
-  grep "Final estimate" "$work/$fixture.log" | sed "s/^/$fixture: /"
-done
+# FIXTURE OUTPUT [more llama-imatrix options]
+run() {
+  "$imatrix" -m "$root/tests/data/arch/$1/model.gguf" -f "$work/text.txt" -c 64 --chunks 8 -t 2 \
+    -o "$out/$2" "${@:3}" > "$work/$2.log" 2>&1 || { cat "$work/$2.log"; exit 1; }
+  grep "Final estimate" "$work/$2.log" | sed "s/^/$2: /"
+}
+run qwen2_moe qwen2_moe.gguf
+run mixtral mixtral.gguf
+# The legacy binary format (one call count per entry, values = mean x^2 x count) of the same run.
+run qwen2_moe qwen2_moe.dat --output-format dat
+# Latent attention: per-head 3-D attn_k_b / attn_v_b with one count for all heads. (llama.cpp
+# reads q_lora_rank for every deepseek2 file whose layer count is not Lite's: the q_lora fixture.)
+run deepseek2 deepseek2.gguf

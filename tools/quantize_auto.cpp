@@ -49,11 +49,11 @@ AutoTypes check_auto_options(const AutoQuantizeOptions& o) {
   return {std::move(candidates), *probe};
 }
 
-void quantize_auto(const AutoQuantizeOptions& o, const ImportanceMatrix& imatrix) {
+void quantize_auto(const AutoQuantizeOptions& o, const ImportanceMatrix& imatrix_as_read) {
   const AutoTypes types = check_auto_options(o);
   const auto start = std::chrono::steady_clock::now();
   auto model = Model::load(o.input);
-  check_imatrix_matches(imatrix, model->file(), "imatrix");
+  const ImportanceMatrix imatrix = fit_imatrix(imatrix_as_read, model->file(), "imatrix");
   const auto tokenizer = Tokenizer::from_gguf(model->file());
   const std::string text = read_input_file(o.calib, "--calib");
   const std::vector<TokenId> tokens = tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/false);

@@ -135,19 +135,24 @@ ImportanceMatrix load_imatrix(const std::string& path) {
   return std::memcmp(magic, "GGUF", 4) == 0 ? load_gguf_imatrix(path) : load_legacy_imatrix(path);
 }
 
-void check_imatrix_matches(const ImportanceMatrix& m, const gguf::GgufFile& model, const std::string& imatrix_name) {
-  for (const auto& [name, e] : m.entries) {
+ImportanceMatrix fit_imatrix(const ImportanceMatrix& m, const gguf::GgufFile& model, const std::string& imatrix_name) {
+  ImportanceMatrix fitted = m;
+  for (auto& [name, e] : fitted.entries) {
     const gguf::TensorInfo* t = model.find_tensor(name);
     if (t == nullptr) {
       fail("{}: imatrix entry '{}' is not a tensor of {}: an imatrix made for another model?", imatrix_name,
            name, model.name());
     }
     const int64_t n_mat = t->dims.size() > 2 ? t->dims[2] : 1;
+    if (e.counts.size() == 1 && n_mat > 1 && !t->dims.empty() && int64_t(e.sum2.size()) == n_mat * t->dims[0]) {
+      e.counts.assign(size_t(n_mat), e.counts[0]);
+    }
     if (t->dims.empty() || t->dims[0] != e.n_in() || (int64_t(e.counts.size()) != n_mat && e.counts.size() != 1)) {
       fail("{}: imatrix entry '{}' has {} values per matrix, but {}'s tensor has rows of {}: an imatrix "
            "made for another model?", imatrix_name, name, e.n_in(), model.name(), t->dims.empty() ? 0 : t->dims[0]);
     }
   }
+  return fitted;
 }
 
 }  // namespace kestrel

@@ -36,8 +36,11 @@ struct ImportanceMatrix {
 void save_imatrix(const ImportanceMatrix& m, const std::string& path);
 // Either format; a clear error for anything else or a malformed file.
 ImportanceMatrix load_imatrix(const std::string& path);
-// Checks every entry names a matrix of `model` with rows of n_in values: an imatrix made for
-// another model is an error naming the first tensor that differs.
-void check_imatrix_matches(const ImportanceMatrix& m, const gguf::GgufFile& model, const std::string& imatrix_name);
+// `m` fitted to `model`: every entry must name a matrix of `model` with rows of n_in values (an
+// imatrix made for another model is an error naming the first tensor that differs), and where the
+// file gives one count for all the matrices of a 3-D tensor (llama.cpp's per-head attn_k_b and
+// attn_v_b of latent attention; any 3-D tensor in its legacy .dat format) the count is shared out
+// over them, so every entry has one count per matrix.
+ImportanceMatrix fit_imatrix(const ImportanceMatrix& m, const gguf::GgufFile& model, const std::string& imatrix_name);
 
 }  // namespace kestrel

@@ -89,7 +89,11 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
                      int num_threads, const ImportanceMatrix* imatrix,
                      const std::map<std::string, EncodedTensor>* encoded) {
   const auto input = gguf::GgufFile::open(input_path);
-  if (imatrix != nullptr) check_imatrix_matches(*imatrix, *input, "imatrix");
+  ImportanceMatrix fitted;
+  if (imatrix != nullptr) {
+    fitted = fit_imatrix(*imatrix, *input, "imatrix");
+    imatrix = &fitted;
+  }
   const std::vector<QuantChoice> plan = requantize_plan(*input, recipe);
   auto encoded_as = [&](const std::string& name) -> const EncodedTensor* {
     if (encoded == nullptr) return nullptr;

@@ -8,6 +8,8 @@
 // - The same sums of squares within 1e-4 of each entry's largest (llama.cpp accumulates in float,
 //   Kestrel in double; the activations agree to float rounding).
 // - `kestrel quantize --imatrix` takes the file and writes each expert with its own importance.
+// - llama-imatrix's legacy .dat file of a MoE model, and its file of a latent-attention model (one
+//   count for a per-head 3-D tensor), fit the model's tensors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 
 #include "cli_process.h"
 #include "convert/imatrix_file.h"
+#include "loader/gguf_reader.h"
 #include "model/model.h"
 #include "test_paths.h"
 
@@ -83,6 +86,46 @@ TEST_P(ImatrixMoe, EqualsLlamaImatrixExpertByExpert) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ImatrixMoe, testing::Values("qwen2_moe", "mixtral"),
                          [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// llama.cpp's legacy .dat format keeps one call count per entry and stores each expert's mean x^2
+// times it: fitted to the model, every expert gets that count, and its means equal the GGUF
+// file's of the same llama-imatrix run (to float rounding).
+TEST(ImatrixMoe, LegacyDatFileGivesEachExpertItsMeans) {
+  const auto model = gguf::GgufFile::open(test::test_data_path("arch/qwen2_moe/model.gguf"));
+  const ImportanceMatrix dat = fit_imatrix(load_imatrix(test::test_data_path("imatrix/qwen2_moe.dat")), *model, "dat");
+  const ImportanceMatrix ref = fit_imatrix(load_imatrix(test::test_data_path("imatrix/qwen2_moe.gguf")), *model, "gguf");
+  ASSERT_EQ(dat.entries.size(), ref.entries.size());
+  for (const auto& [name, r] : ref.entries) {
+    const ImatrixEntry& d = dat.entries.at(name);
+    ASSERT_EQ(d.counts.size(), r.counts.size()) << name;
+    for (size_t mat = 0; mat < r.counts.size(); ++mat) {
+      const std::vector<float> a = d.mean(int64_t(mat)), b = r.mean(int64_t(mat));
+      ASSERT_EQ(a.size(), b.size()) << name;
+      for (size_t c = 0; c < a.size(); ++c) EXPECT_NEAR(a[c], b[c], 1e-5f * std::max(1.0f, b[c])) << name << " " << mat;
+    }
+  }
+}
+
+// Latent attention's per-head attn_k_b [16][24][4] and attn_v_b [24][12][4]: llama-imatrix stores
+// one count for the 4 heads' 4 x 16 (4 x 24) values. Kestrel cannot compute those yet, but reads
+// them: each head's slice with the shared count, and quantizes with them.
+TEST(ImatrixMoe, LlamaImatrixOfLatentAttentionFitsItsPerHeadTensors) {
+  const std::string model_path = test::test_data_path("arch/deepseek2/model.gguf");
+  const std::string imatrix_path = test::test_data_path("imatrix/deepseek2.gguf");
+  const auto model = gguf::GgufFile::open(model_path);
+  const ImportanceMatrix raw = load_imatrix(imatrix_path);
+  ASSERT_EQ(raw.entries.at("blk.1.attn_k_b.weight").counts, std::vector<int64_t>{512});
+  const ImportanceMatrix fitted = fit_imatrix(raw, *model, "deepseek2.gguf");
+  const ImatrixEntry& k_b = fitted.entries.at("blk.1.attn_k_b.weight");
+  EXPECT_EQ(k_b.counts, std::vector<int64_t>(4, 512));
+  EXPECT_EQ(k_b.n_in(), 16);
+  EXPECT_EQ(fitted.entries.at("blk.1.attn_v_b.weight").n_in(), 24);
+  EXPECT_EQ(fitted.entries.at("blk.1.ffn_gate_exps.weight").counts.size(), 4u);
+  const std::string out = test::scratch_dir("imatrix_mla_q") + "/q.gguf";
+  const auto q = test::run_kestrel("quantize " + model_path + " " + out + " IQ4_NL --imatrix " + imatrix_path + " -t 2");
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  EXPECT_NO_THROW(Model::load(out));
+}
 
 // GPTQ and AWQ cannot calibrate experts yet, and no method calibrates latent attention: clear
 // errors before any work, naming the architecture and why.

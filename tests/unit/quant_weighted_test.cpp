@@ -93,10 +93,10 @@ TEST(ImatrixCheck, AnImatrixForAnotherModelIsAClearError) {
   const auto model = gguf::GgufFile::open(test::shared_model_path("stories260K.gguf"));
   ImportanceMatrix good;
   good.entries["blk.0.attn_q.weight"] = {std::vector<double>(64, 1.0), {10}};
-  EXPECT_NO_THROW(check_imatrix_matches(good, *model, "good.gguf"));
+  EXPECT_NO_THROW(fit_imatrix(good, *model, "good.gguf"));
   auto message = [&](const ImportanceMatrix& m) {
     try {
-      check_imatrix_matches(m, *model, "other.gguf");
+      fit_imatrix(m, *model, "other.gguf");
     } catch (const Error& e) {
       return std::string(e.what());
     }

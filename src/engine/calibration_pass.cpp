@@ -15,8 +15,8 @@ std::string calibration_limit(const Model& model, bool names_only) {
   if (c.gated_ffn && !c.moe.enabled() && file.find_tensor("blk.0.ffn_gate.weight") == nullptr) {
     return "a fused gate+up ffn_up tensor";
   }
-  if (c.mla.enabled()) return "latent attention";
   if (names_only) return "";
+  if (c.mla.enabled()) return "latent attention";
   if (c.moe.enabled()) return "Mixture-of-Experts layers";
   if (c.norm != NormKind::Rms) return "LayerNorm";
   if (!c.input_norms) return "blocks without input norms";

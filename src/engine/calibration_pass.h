@@ -25,10 +25,10 @@ struct CalibrationPass {
 };
 
 // Why the calibrated quantizers cannot handle this model, or "" when they can. They write
-// attn_q/k/v and ffn_gate/up tensors by name (`names_only`: the limits that matter to an
-// importance matrix: fused tensors (Phi-3) and latent attention) and AWQ folds scales into the
-// RMSNorm before a matrix, so LayerNorm, blocks without input norms (OLMo 2), the parallel block
-// (Cohere), the plain MLP (Starcoder2) and Mixture-of-Experts layers are not supported yet.
+// attn_q/k/v and ffn_gate/up tensors by name (`names_only`: the limit that matters to an
+// importance matrix: fused tensors (Phi-3)) and AWQ folds scales into the RMSNorm before a
+// matrix, so LayerNorm, blocks without input norms (OLMo 2), the parallel block (Cohere), the
+// plain MLP (Starcoder2), latent attention and Mixture-of-Experts layers are not supported yet.
 std::string calibration_limit(const Model& model, bool names_only = false);
 
 // Throws (with both numbers) when the tokens do not hold n_chunks x n_ctx tokens, and (naming the

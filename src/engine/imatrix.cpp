@@ -39,9 +39,9 @@ void ImatrixCollector::observe(int64_t layer, LinearKind kind, const float* x, i
   accumulate(matrix_, linear_tensor_name(layer, kind), 0, 1, x, n, cols);
 }
 
-void ImatrixCollector::observe_expert(int64_t layer, LinearKind kind, int64_t expert, int64_t n_expert,
-                                      const float* x, int64_t n, int64_t cols) {
-  accumulate(matrix_, linear_tensor_name(layer, kind), expert, n_expert, x, n, cols);
+void ImatrixCollector::observe_stacked(int64_t layer, LinearKind kind, int64_t index, int64_t n_mat,
+                                       const float* x, int64_t n, int64_t cols) {
+  accumulate(matrix_, linear_tensor_name(layer, kind), index, n_mat, x, n, cols);
 }
 
 ImatrixResult compute_imatrix(const Model& model, std::span<const int32_t> tokens, PerplexityOptions options,

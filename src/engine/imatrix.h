@@ -20,10 +20,11 @@ class ImatrixCollector : public ActivationObserver {
  public:
   explicit ImatrixCollector(bool include_output) : include_output_(include_output) {}
   void observe(int64_t layer, LinearKind kind, const float* x, int64_t n, int64_t cols) override;
-  // A routed expert's rows: entry [n_expert][cols] with one count per expert (llama-imatrix's
-  // layout for a MUL_MAT_ID; experts no token reached keep count 0).
-  void observe_expert(int64_t layer, LinearKind kind, int64_t expert, int64_t n_expert, const float* x, int64_t n,
-                      int64_t cols) override;
+  // One matrix of a 3-D stack (a routed expert; a latent-attention head's): entry [n_mat][cols] with
+  // one count per matrix (llama-imatrix's layout for a MUL_MAT_ID; experts no token reached keep
+  // count 0; llama-imatrix gives a per-head stack one count for all heads, which fit_imatrix shares out).
+  void observe_stacked(int64_t layer, LinearKind kind, int64_t index, int64_t n_mat, const float* x, int64_t n,
+                       int64_t cols) override;
   ImportanceMatrix& matrix() { return matrix_; }
 
  private:

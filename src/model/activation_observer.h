@@ -10,11 +10,14 @@ namespace kestrel {
 
 // The linear layers of a decoder layer, plus the output head (layer -1). A Mixture-of-Experts
 // layer has, instead of FfnGate/Up/Down, its router, its routed experts' stacks (ExpertGate/Up/Down,
-// seen expert by expert through observe_expert) and, in some architectures, shared experts with an
-// optional sigmoid gate.
+// seen expert by expert through observe_stacked) and, in some architectures, shared experts with an
+// optional sigmoid gate. Latent attention (DeepSeek-V2) has, instead of AttnK/AttnV, the query
+// latent's two matrices (AttnQA, AttnQB; or AttnQ), the latent key's (AttnKvA) and the per-head
+// stacks that absorb q_nope (AttnKB) and expand the attended latents (AttnVB), seen head by head.
 enum class LinearKind {
   AttnQ, AttnK, AttnV, AttnOutput, FfnGate, FfnUp, FfnDown, Output,
-  Router, ExpertGate, ExpertUp, ExpertDown, SharedGate, SharedUp, SharedDown, SharedGateInp
+  Router, ExpertGate, ExpertUp, ExpertDown, SharedGate, SharedUp, SharedDown, SharedGateInp,
+  AttnQA, AttnQB, AttnKvA, AttnKB, AttnVB
 };
 // A layer's seven matrices (every kind but the model's Output).
 inline constexpr LinearKind kLayerLinearKinds[] = {
@@ -32,13 +35,25 @@ class ActivationObserver {
   // is read: the observer may point the model at another encoding of it (Model::replace_matrix),
   // and the forward pass then computes with that one (GPTQ's layer-by-layer quantization).
   virtual void observe(int64_t layer, LinearKind kind, const float* x, int64_t n, int64_t cols) = 0;
-  // The input of one routed expert of a MoE layer (kind ExpertGate, ExpertUp or ExpertDown): x is
-  // [n][cols], the rows of the n tokens routed to `expert` of the layer's n_expert, in token
-  // order; experts no token chose are not shown. Called after the layer's router was observed.
-  // An observer that cannot use per-expert inputs refuses (the default; the calibration pass
-  // refuses MoE models for those before any work).
-  virtual void observe_expert(int64_t layer, LinearKind kind, int64_t expert, int64_t n_expert, const float* x,
-                              int64_t n, int64_t cols);
+  // The input of matrix `index` of a 3-D stack of n_mat: a routed expert of a MoE layer (kind
+  // ExpertGate, ExpertUp or ExpertDown; x holds the rows of the n tokens routed to it, in token
+  // order; experts no token chose are not shown) or an attention head's matrix of latent attention
+  // (AttnKB, AttnVB; all n tokens). x is [n][cols]. An observer that cannot use per-matrix inputs
+  // refuses (the default; the calibration pass refuses such models for those before any work).
+  virtual void observe_stacked(int64_t layer, LinearKind kind, int64_t index, int64_t n_mat, const float* x,
+                               int64_t n, int64_t cols);
+};
+
+// Who sees a block's matrix inputs, and as which layer (none: nobody).
+struct LayerObserver {
+  ActivationObserver* observer = nullptr;
+  int64_t layer = 0;
+  void observe(LinearKind kind, const float* x, int64_t n, int64_t cols) const {
+    if (observer) observer->observe(layer, kind, x, n, cols);
+  }
+  void observe_stacked(LinearKind kind, int64_t index, int64_t n_mat, const float* x, int64_t n, int64_t cols) const {
+    if (observer) observer->observe_stacked(layer, kind, index, n_mat, x, n, cols);
+  }
 };
 
 }  // namespace kestrel

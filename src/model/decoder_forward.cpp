@@ -63,16 +63,17 @@ std::string linear_tensor_name(int64_t layer, LinearKind kind) {
   const char* names[] = {"attn_q",        "attn_k",        "attn_v",         "attn_output",   "ffn_gate",
                          "ffn_up",        "ffn_down",      "output",         "ffn_gate_inp",  "ffn_gate_exps",
                          "ffn_up_exps",   "ffn_down_exps", "ffn_gate_shexp", "ffn_up_shexp",  "ffn_down_shexp",
-                         "ffn_gate_inp_shexp"};
-  static_assert(std::size(names) == size_t(LinearKind::SharedGateInp) + 1);
+                         "ffn_gate_inp_shexp", "attn_q_a",   "attn_q_b",       "attn_kv_a_mqa", "attn_k_b",
+                         "attn_v_b"};
+  static_assert(std::size(names) == size_t(LinearKind::AttnVB) + 1);
   if (kind == LinearKind::Output) return "output.weight";
   return fmt::format("blk.{}.{}.weight", layer, names[int(kind)]);
 }
 
-void ActivationObserver::observe_expert(int64_t layer, LinearKind kind, int64_t, int64_t, const float*, int64_t,
-                                        int64_t) {
-  fail("calibration (GPTQ, AWQ) does not support Mixture-of-Experts layers yet ({}); use --method imatrix or rtn",
-       linear_tensor_name(layer, kind));
+void ActivationObserver::observe_stacked(int64_t layer, LinearKind kind, int64_t, int64_t, const float*, int64_t,
+                                         int64_t) {
+  fail("calibration (GPTQ, AWQ) does not support Mixture-of-Experts layers or latent attention yet ({}); use "
+       "--method imatrix or rtn", linear_tensor_name(layer, kind));
 }
 
 void Model::forward(Backend& backend, const ForwardBatch& batch, const KvCacheView& kv,
@@ -297,15 +298,16 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
     attn.sink_rope = c.has_rope(il) ? &rope : &no_rope;
     if (c.mla.enabled()) {
       // Latent attention (mla_attention.h): one shared latent KV head, also the value.
-      if (observer) fail("{}: calibration (imatrix, GPTQ, AWQ) does not support latent attention yet", file_->name());
+      const LayerObserver seen{observer, il};
       rope.freq_base = c.rope_freq_base;
       mla_queries_and_keys(backend, c, l.mla, l.wq, s.normed.data(), T, batch.positions.data(), rope, s.mla, s.q.data(),
-                           s.k.data());
+                           s.k.data(), seen);
       backend.kv_write(kv.layers[size_t(il)], s.k.data(), s.k.data(), group.slot_mapping.data(), T, 1,
                        int(c.head_dim));
       backend.paged_attention(attn, s.q.data(), kv.layers[size_t(il)], s.attn.data());
       s.values.resize(size_t(T * c.attn_out_width()));
-      mla_values(backend, c, l.mla, s.attn.data(), T, s.mla, s.values.data());
+      mla_values(backend, c, l.mla, s.attn.data(), T, s.mla, s.values.data(), seen);
+      seen.observe(LinearKind::AttnOutput, s.values.data(), T, c.attn_out_width());
       backend.matmul(l.wo, s.values.data(), T, s.proj.data());
       if (l.bo) backend.add_row(s.proj.data(), l.bo, T, c.n_embd);
       finish_attention(il, l);

@@ -58,7 +58,7 @@ int64_t mla_scratch_floats_per_token(const ModelConfig& c) {
 void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayerWeights& w, const WeightView& wq,
                           const float* x,
                           int64_t T, const int32_t* positions, const RopeParams& rope, MlaScratch& s, float* query,
-                          float* key) {
+                          float* key, LayerObserver seen) {
   const MlaConfig& m = c.mla;
   const int64_t H = c.n_head, r = m.kv_lora_rank, nope = m.nope_dim, d = m.rope_dim, qd = m.q_head_dim();
   const int64_t key_dim = r + d;
@@ -66,13 +66,17 @@ void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayer
   s.q.resize(size_t(T * H * qd));
   if (m.q_lora_rank > 0) {
     s.q_latent.resize(size_t(T * m.q_lora_rank));
+    seen.observe(LinearKind::AttnQA, x, T, c.n_embd);
     backend.matmul(w.q_a, x, T, s.q_latent.data());
     backend.rms_norm(s.q_latent.data(), w.q_a_norm, T, m.q_lora_rank, c.rms_eps, s.q_latent.data());
+    seen.observe(LinearKind::AttnQB, s.q_latent.data(), T, m.q_lora_rank);
     backend.matmul(w.q_b, s.q_latent.data(), T, s.q.data());
   } else {
+    seen.observe(LinearKind::AttnQ, x, T, c.n_embd);
     backend.matmul(wq, x, T, s.q.data());
   }
   // Latent and rotary key [T][r + rope], straight into `key`; the latent normed in place.
+  seen.observe(LinearKind::AttnKvA, x, T, c.n_embd);
   backend.matmul(w.kv_a, x, T, key);
   for (int64_t t = 0; t < T; ++t) {
     float* row = key + t * key_dim;
@@ -87,6 +91,7 @@ void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayer
   }
   s.groups.clear();
   for (int64_t h = 0; h < H; ++h) {
+    seen.observe_stacked(LinearKind::AttnKB, h, H, s.heads_in.data() + h * T * nope, T, nope);
     s.groups.push_back({stacked_matrix(w.k_b, h, r), s.heads_in.data() + h * T * nope, T,
                         s.heads_out.data() + h * T * r});
   }
@@ -113,7 +118,7 @@ void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayer
 }
 
 void mla_values(Backend& backend, const ModelConfig& c, const MlaLayerWeights& w, const float* attn, int64_t T,
-                MlaScratch& s, float* values) {
+                MlaScratch& s, float* values, LayerObserver seen) {
   const MlaConfig& m = c.mla;
   const int64_t H = c.n_head, r = m.kv_lora_rank, key_dim = r + m.rope_dim, v = m.v_dim;
   size_head_buffers(c, T, s);
@@ -125,6 +130,7 @@ void mla_values(Backend& backend, const ModelConfig& c, const MlaLayerWeights& w
   }
   s.groups.clear();
   for (int64_t h = 0; h < H; ++h) {
+    seen.observe_stacked(LinearKind::AttnVB, h, H, s.heads_in.data() + h * T * r, T, r);
     s.groups.push_back({stacked_matrix(w.v_b, h, v), s.heads_in.data() + h * T * r, T, s.heads_out.data() + h * T * v});
   }
   backend.matmul_grouped(s.groups);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/activation_observer.h"
 #include "model/model_config.h"
 
 namespace kestrel::gguf {
@@ -61,14 +62,16 @@ int64_t mla_scratch_floats_per_token(const ModelConfig& c);
 
 // From the layer's normed input x [T][n_embd]: the absorbed queries `query` [T][n_head][r + rope]
 // and the latent keys `key` [T][r + rope] (the cache's one KV head; also its value). `wq` is
-// attn_q (unused when q_lora_rank > 0).
+// attn_q (unused when q_lora_rank > 0). `seen` is shown each matrix's input (attn_k_b's head by
+// head: that head's q_nope [T][nope]).
 void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayerWeights& w, const WeightView& wq,
                           const float* x,
                           int64_t T, const int32_t* positions, const RopeParams& rope, MlaScratch& s, float* query,
-                          float* key);
+                          float* key, LayerObserver seen = {});
 
 // From attention's output `attn` [T][n_head][r + rope]: the heads' values `values` [T][n_head * v_dim].
+// `seen` is shown attn_v_b's input head by head (that head's attended latent [T][r]).
 void mla_values(Backend& backend, const ModelConfig& c, const MlaLayerWeights& w, const float* attn, int64_t T,
-                MlaScratch& s, float* values);
+                MlaScratch& s, float* values, LayerObserver seen = {});
 
 }  // namespace kestrel

@@ -114,7 +114,7 @@ void route_tokens(const float* logits, int64_t T, const MoeConfig& m, MoeRouting
 }
 
 void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, GatedActivation act, const float* x,
-             int64_t T, MoeScratch& s, float* out, MoeObserver seen) {
+             int64_t T, MoeScratch& s, float* out, LayerObserver seen) {
   const int64_t n_expert = w.n_expert, n_embd = w.n_embd, n_ff = w.n_ff_expert;
   if (n_expert != m.n_expert || T <= 0) fail("internal: MoE layer of {} experts for a config of {}", n_expert, m.n_expert);
   ActivationObserver* const observer = seen.observer;
@@ -156,7 +156,7 @@ void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, Gat
   auto observe_experts = [&](LinearKind kind, const std::vector<float>& rows, int64_t cols) {
     for (int64_t e = 0; e < n_expert; ++e) {
       const int64_t begin = s.expert_begin[size_t(e)], count = s.expert_begin[size_t(e + 1)] - begin;
-      if (count > 0) observer->observe_expert(seen.layer, kind, e, n_expert, rows.data() + begin * cols, count, cols);
+      if (count > 0) observer->observe_stacked(seen.layer, kind, e, n_expert, rows.data() + begin * cols, count, cols);
     }
   };
   if (observer) {

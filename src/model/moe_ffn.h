@@ -58,17 +58,11 @@ struct MoeScratch {
   std::vector<MatmulGroup> down_groups;
 };
 
-// Who sees the block's matrix inputs (calibration: an importance matrix), and as which layer.
-struct MoeObserver {
-  ActivationObserver* observer = nullptr;
-  int64_t layer = 0;
-};
-
 // out[T][n_embd] = the MoE block over x[T][n_embd] (RMSNorm'd hidden states). `act` is the
 // experts' gated activation. With an observer, every matrix's input is shown before it is read:
 // the router's and the shared experts' as whole batches, each chosen expert's rows by
-// observe_expert (gate and up: the tokens routed to it; down: their act(gate) * up).
+// observe_stacked (gate and up: the tokens routed to it; down: their act(gate) * up).
 void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, GatedActivation act, const float* x,
-             int64_t T, MoeScratch& s, float* out, MoeObserver seen = {});
+             int64_t T, MoeScratch& s, float* out, LayerObserver seen = {});
 
 }  // namespace kestrel

@@ -107,9 +107,11 @@ TEST(ImatrixMoe, LegacyDatFileGivesEachExpertItsMeans) {
 }
 
 // Latent attention's per-head attn_k_b [16][24][4] and attn_v_b [24][12][4]: llama-imatrix stores
-// one count for the 4 heads' 4 x 16 (4 x 24) values. Kestrel cannot compute those yet, but reads
-// them: each head's slice with the shared count, and quantizes with them.
-TEST(ImatrixMoe, LlamaImatrixOfLatentAttentionFitsItsPerHeadTensors) {
+// one count for the 4 heads' 4 x 16 (4 x 24) values; fitted, each head's slice has that count.
+// `kestrel imatrix` on the same file and text gives the fitted file's entries: q_a, q_b, kv_a_mqa,
+// each head's q_nope into attn_k_b and attended latent into attn_v_b, attn_output, and the MoE
+// layers' router, experts and shared experts.
+TEST(ImatrixMoe, LatentAttentionEqualsLlamaImatrixHeadByHead) {
   const std::string model_path = test::test_data_path("arch/deepseek2/model.gguf");
   const std::string imatrix_path = test::test_data_path("imatrix/deepseek2.gguf");
   const auto model = gguf::GgufFile::open(model_path);
@@ -121,6 +123,29 @@ TEST(ImatrixMoe, LlamaImatrixOfLatentAttentionFitsItsPerHeadTensors) {
   EXPECT_EQ(k_b.n_in(), 16);
   EXPECT_EQ(fitted.entries.at("blk.1.attn_v_b.weight").n_in(), 24);
   EXPECT_EQ(fitted.entries.at("blk.1.ffn_gate_exps.weight").counts.size(), 4u);
+
+  const std::string mine_path = test::scratch_dir("imatrix_mla") + "/imatrix.gguf";
+  const auto run = test::run_kestrel("imatrix " + model_path + " -f " + calibration_text() + " -c 64 --chunks 8 -t 2 -o " +
+                                     mine_path);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const ImportanceMatrix mine = fit_imatrix(load_imatrix(mine_path), *model, "kestrel");
+  std::set<std::string> mine_names, ref_names;
+  for (const auto& [name, e] : mine.entries) mine_names.insert(name);
+  for (const auto& [name, e] : fitted.entries) ref_names.insert(name);
+  EXPECT_EQ(mine_names, ref_names);
+  for (const auto& [name, r] : fitted.entries) {
+    if (!mine.entries.contains(name)) continue;
+    const ImatrixEntry& m = mine.entries.at(name);
+    ASSERT_EQ(m.counts, r.counts) << name;
+    ASSERT_EQ(m.sum2.size(), r.sum2.size()) << name;
+    double largest = 0.0, worst = 0.0;
+    for (size_t i = 0; i < r.sum2.size(); ++i) {
+      largest = std::max(largest, std::fabs(r.sum2[i]));
+      worst = std::max(worst, std::fabs(m.sum2[i] - r.sum2[i]));
+    }
+    EXPECT_LE(worst, 1e-4 * largest) << name;
+  }
+
   const std::string out = test::scratch_dir("imatrix_mla_q") + "/q.gguf";
   const auto q = test::run_kestrel("quantize " + model_path + " " + out + " IQ4_NL --imatrix " + imatrix_path + " -t 2");
   ASSERT_EQ(q.exit_code, 0) << q.err;
@@ -140,10 +165,10 @@ TEST(ImatrixMoe, WhatCalibrationCannotDoIsAClearError) {
     EXPECT_NE(r.err.find("does not support architecture 'qwen2moe' yet (Mixture-of-Experts layers)"), std::string::npos)
         << method << ": " << r.err;
   }
-  const auto mla = test::run_kestrel("imatrix " + test::test_data_path("arch/deepseek2_lite/model.gguf") + " -f " +
-                                     text + " -c 64 --chunks 2 -o " + out);
+  const auto mla = test::run_kestrel("quantize " + test::test_data_path("arch/deepseek2_lite/model.gguf") + " " + out +
+                                     " INT4_ASYM_G32 --method gptq --calib " + text + " --calib-chunks 2 --calib-ctx 64");
   EXPECT_NE(mla.exit_code, 0);
-  EXPECT_NE(mla.err.find("imatrix does not support architecture 'deepseek2' yet (latent attention)"), std::string::npos)
+  EXPECT_NE(mla.err.find("does not support architecture 'deepseek2' yet (latent attention)"), std::string::npos)
       << mla.err;
 }
 

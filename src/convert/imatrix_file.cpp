@@ -147,9 +147,13 @@ ImportanceMatrix fit_imatrix(const ImportanceMatrix& m, const gguf::GgufFile& mo
     if (e.counts.size() == 1 && n_mat > 1 && !t->dims.empty() && int64_t(e.sum2.size()) == n_mat * t->dims[0]) {
       e.counts.assign(size_t(n_mat), e.counts[0]);
     }
-    if (t->dims.empty() || t->dims[0] != e.n_in() || (int64_t(e.counts.size()) != n_mat && e.counts.size() != 1)) {
+    if (t->dims.empty() || t->dims[0] != e.n_in()) {
       fail("{}: imatrix entry '{}' has {} values per matrix, but {}'s tensor has rows of {}: an imatrix "
            "made for another model?", imatrix_name, name, e.n_in(), model.name(), t->dims.empty() ? 0 : t->dims[0]);
+    }
+    if (int64_t(e.counts.size()) != n_mat && e.counts.size() != 1) {
+      fail("{}: imatrix entry '{}' holds {} matrices, but {}'s tensor has {}: an imatrix made for another "
+           "model?", imatrix_name, name, e.counts.size(), model.name(), n_mat);
     }
   }
   return fitted;

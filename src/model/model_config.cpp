@@ -85,6 +85,14 @@ void read_common(const gguf::GgufFile& file, ModelConfig& c) {
   const std::string p = c.architecture + ".";
   c.n_embd = require_positive(file, p + "embedding_length");
   c.n_layer = require_positive(file, p + "block_count");
+  // Multi-token-prediction layers (DeepSeek-V3's nextn, stored after the main stack): llama.cpp
+  // leaves the last nextn_predict_layers blocks out of the forward pass, and so does Kestrel.
+  if (const auto nextn = file.get_uint(p + "nextn_predict_layers"); nextn && *nextn > 0) {
+    if (int64_t(*nextn) >= c.n_layer) {
+      fail("{}: {}nextn_predict_layers {} leaves none of the {} blocks", file.name(), p, *nextn, c.n_layer);
+    }
+    c.n_layer -= int64_t(*nextn);
+  }
   c.n_ff = require_positive(file, p + "feed_forward_length");
   c.n_head = require_positive(file, p + "attention.head_count");
   c.n_head_kv = optional_positive(file, p + "attention.head_count_kv", c.n_head);

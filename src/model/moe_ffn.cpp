@@ -10,13 +10,17 @@ namespace kestrel {
 
 namespace {
 
-// The index of the largest of values[0, n) not yet taken (ties: the lower index; a NaN never
-// wins), or -1 when every value is taken.
+// Whether score a ranks above b: greater, or a number where b is NaN (a NaN ranks below every
+// number, so it never wins over one; ties keep b, the lower index).
+bool ranks_above(float a, float b) { return a > b || (std::isnan(b) && !std::isnan(a)); }
+
+// The index of the largest of values[0, n) not yet taken (ties: the lower index; a NaN loses to
+// any number), or -1 when every value is taken.
 int64_t best_free(const float* values, const std::vector<bool>& taken, int64_t n) {
   int64_t best = -1;
   for (int64_t e = 0; e < n; ++e) {
     if (taken[size_t(e)]) continue;
-    if (best < 0 || values[e] > values[best]) best = e;
+    if (best < 0 || ranks_above(values[e], values[best])) best = e;
   }
   return best;
 }
@@ -30,13 +34,13 @@ void exclude_groups(const float* selection, const MoeConfig& m, MoeRouting& r) {
     const float* v = selection + g * per_group;
     int64_t first = 0;
     for (int64_t e = 1; e < per_group; ++e) {
-      if (v[e] > v[first]) first = e;
+      if (ranks_above(v[e], v[first])) first = e;
     }
     float score = v[first];
     if (m.group_score == MoeConfig::GroupScore::TopTwoSum) {
       int64_t second = first == 0 ? 1 : 0;
       for (int64_t e = 0; e < per_group; ++e) {
-        if (e != first && v[e] > v[second]) second = e;
+        if (e != first && ranks_above(v[e], v[second])) second = e;
       }
       score += v[second];
     }
@@ -87,8 +91,8 @@ void route_tokens(const float* logits, int64_t T, const MoeConfig& m, MoeRouting
       choose_by = selection.data();
     }
     // Top k by selection, in order: a strictly greater score wins, so on ties the lower index
-    // comes first (deterministic); a NaN never wins, and if nothing can, the lowest free index is
-    // taken so k distinct experts are always chosen. Experts outside the chosen groups start taken.
+    // comes first (deterministic); a NaN loses to any number, and among NaNs the lowest free index
+    // is taken, so k distinct experts are always chosen. Experts outside the chosen groups start taken.
     if (m.group_limited()) {
       exclude_groups(choose_by, m, r);
     } else {

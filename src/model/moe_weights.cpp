@@ -56,37 +56,43 @@ MoeConfig read_moe_config(const gguf::GgufFile& file, const std::string& arch, i
     m.n_ff_shared = m.n_ff_expert * moe_key(file, p + "expert_shared_count", 0);
     m.shared_gated = false;
   }
-  // llama.cpp's converter writes no expert_weights_norm for these: Qwen2-MoE's, OLMoE's and
-  // DeepSeek-V2's norm_topk_prob is false, Qwen3-MoE's and Mixtral's true (as llama.cpp's graphs
-  // hard-code).
-  m.normalize_top_k = file.get_bool(p + "expert_weights_norm")
-                          .value_or(arch != "qwen2moe" && arch != "olmoe" && arch != "deepseek2");
-  if (auto scale = file.get_float(p + "expert_weights_scale"); scale && *scale != 0.0) {
+  // The router's normalization, scale and gating: llama.cpp reads the keys only for deepseek2 and
+  // hard-codes the others' in their graphs (Mixtral and Qwen3-MoE renormalize, Qwen2-MoE and OLMoE
+  // do not; softmax, no scale), whatever a file says (its model saver writes expert_weights_norm
+  // false for Mixtral). DeepSeek-V2 does not renormalize unless the key says so (V3's does).
+  const bool deepseek = arch == "deepseek2";
+  m.normalize_top_k = deepseek ? file.get_bool(p + "expert_weights_norm").value_or(false)
+                               : arch != "qwen2moe" && arch != "olmoe";
+  if (auto scale = file.get_float(p + "expert_weights_scale"); deepseek && scale && *scale != 0.0) {
     if (!(*scale > 0.0)) fail("{}: {}expert_weights_scale {} must be positive", file.name(), p, *scale);
     m.weights_scale = float(*scale);
   }
   // llama.cpp's gating function ids: 0 none (the architecture's default, softmax here), 1 softmax,
   // 2 sigmoid; 3 (softmax over the chosen experts' logits) and 4 (sqrt softplus) are other families'.
-  if (auto gating = file.get_uint(p + "expert_gating_func"); gating && *gating > 2) {
+  if (auto gating = file.get_uint(p + "expert_gating_func"); deepseek && gating && *gating > 2) {
     fail("{}: {}expert_gating_func {} is not supported (supported: 1 softmax, 2 sigmoid)", file.name(), p, *gating);
-  } else if (gating && *gating == 2) {
+  } else if (deepseek && gating && *gating == 2) {
     m.gating = MoeConfig::Gating::Sigmoid;
   }
-  // Groups (llama.cpp reads them for every architecture). The group score follows the gating:
-  // DeepSeek-V2's softmax routers rank groups by their best expert, DeepSeek-V3's sigmoid ones by
-  // their best two (llama.cpp uses the best two for both).
-  m.n_group = moe_key(file, p + "expert_group_count", 1);
-  m.n_group_used = moe_key(file, p + "expert_group_used_count", m.n_group);
-  if (m.n_group < 1 || m.n_expert % m.n_group != 0) {
-    fail("{}: {}expert_group_count {} must divide {}expert_count {}", file.name(), p, m.n_group, p, m.n_expert);
-  }
-  if (m.n_group_used < 1 || m.n_group_used > m.n_group) {
-    fail("{}: {}expert_group_used_count {} must be between 1 and {}expert_group_count {}", file.name(), p,
-         m.n_group_used, p, m.n_group);
-  }
-  if (m.n_expert_used > m.n_group_used * (m.n_expert / m.n_group)) {
-    fail("{}: {}expert_used_count {} exceeds the {} experts of {} of {} groups", file.name(), p, m.n_expert_used,
-         m.n_group_used * (m.n_expert / m.n_group), m.n_group_used, m.n_group);
+  // Groups (llama.cpp reads them for every architecture; a count of 0 or 1, which its model saver
+  // writes for every MoE file, means none). The group score follows the gating: DeepSeek-V2's
+  // softmax routers rank groups by their best expert, DeepSeek-V3's sigmoid ones by their best two
+  // (llama.cpp uses the best two for both).
+  const int64_t groups = moe_key(file, p + "expert_group_count", 0);
+  if (groups > 1) {
+    m.n_group = groups;
+    m.n_group_used = moe_key(file, p + "expert_group_used_count", groups);
+    if (m.n_expert % m.n_group != 0) {
+      fail("{}: {}expert_group_count {} must divide {}expert_count {}", file.name(), p, m.n_group, p, m.n_expert);
+    }
+    if (m.n_group_used < 1 || m.n_group_used > m.n_group) {
+      fail("{}: {}expert_group_used_count {} must be between 1 and {}expert_group_count {}", file.name(), p,
+           m.n_group_used, p, m.n_group);
+    }
+    if (m.n_expert_used > m.n_group_used * (m.n_expert / m.n_group)) {
+      fail("{}: {}expert_used_count {} exceeds the {} experts of {} of {} groups", file.name(), p, m.n_expert_used,
+           m.n_group_used * (m.n_expert / m.n_group), m.n_group_used, m.n_group);
+    }
   }
   m.group_score = m.gating == MoeConfig::Gating::Sigmoid ? MoeConfig::GroupScore::TopTwoSum : MoeConfig::GroupScore::Max;
   if (m.group_limited() && m.group_score == MoeConfig::GroupScore::TopTwoSum && m.n_expert / m.n_group < 2) {

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "cli_process.h"
+#include "core/error.h"
 #include "convert/imatrix_file.h"
 #include "loader/gguf_reader.h"
 #include "model/model.h"
@@ -142,6 +143,28 @@ TEST(ImatrixMoe, LatentAttentionEqualsLlamaImatrixHeadByHead) {
   const auto q = test::run_kestrel("quantize " + model_path + " " + out + " IQ4_NL --imatrix " + imatrix_path + " -t 2");
   ASSERT_EQ(q.exit_code, 0) << q.err;
   EXPECT_NO_THROW(Model::load(out));
+}
+
+// Fitting by hand: one count over a 4-expert stack's 4 x 64 values is shared out; 3 matrices for a
+// stack of 4 is an imatrix for another model, and the error says so with both numbers.
+TEST(ImatrixMoe, FittingSharesOneCountAndRefusesAnotherExpertCount) {
+  const auto model = gguf::GgufFile::open(test::test_data_path("arch/qwen2_moe/model.gguf"));
+  ImportanceMatrix one_count;
+  one_count.entries["blk.1.ffn_gate_exps.weight"] = {std::vector<double>(4 * 64, 2.0), {8}};
+  const ImportanceMatrix fitted = fit_imatrix(one_count, *model, "one.gguf");
+  EXPECT_EQ(fitted.entries.at("blk.1.ffn_gate_exps.weight").counts, std::vector<int64_t>(4, 8));
+  EXPECT_EQ(fitted.entries.at("blk.1.ffn_gate_exps.weight").mean(3), std::vector<float>(64, 0.25f));
+  ImportanceMatrix three;
+  three.entries["blk.1.ffn_gate_exps.weight"] = {std::vector<double>(3 * 64, 1.0), {5, 5, 5}};
+  try {
+    fit_imatrix(three, *model, "three.gguf");
+    ADD_FAILURE() << "accepted 3 experts' entry for a stack of 4";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'blk.1.ffn_gate_exps.weight' holds 3 matrices, but"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("tensor has 4: an imatrix made for another model?"), std::string::npos)
+        << e.what();
+  }
 }
 
 // GPTQ and AWQ cannot calibrate experts yet, and no method calibrates latent attention: clear

@@ -32,6 +32,7 @@
 #include "core/error.h"
 #include "core/kv_spec.h"
 #include "engine/engine.h"
+#include "loader/gguf_writer.h"
 #include "model/model.h"
 #include "gguf_edit.h"
 #include "model_load_error.h"
@@ -188,6 +189,28 @@ TEST(MlaRealDimensions, LogitsAndGreedyMatchTransformers) {
   }
 }
 
+// DeepSeek-V3's multi-token-prediction block (nextn) stored after the main stack: a copy of the
+// deepseek3 fixture with a fourth block (layer 2's tensors again) and nextn_predict_layers 1 gives
+// the three-block reference logits, as llama.cpp leaves that block out of the forward pass.
+TEST(MlaModelLoad, NextnBlocksAreLeftOutOfTheForwardPass) {
+  const auto source = gguf::GgufFile::open(fixture_gguf("deepseek3"));
+  gguf::GgufWriter writer;
+  for (const auto& kv : source->metadata()) {
+    writer.set(kv.key, kv.key == "deepseek2.block_count" ? gguf::Value::of_u32(4) : kv.value);
+  }
+  writer.set_u32("deepseek2.nextn_predict_layers", 1);
+  for (const auto& t : source->tensors()) {
+    std::vector<uint8_t> bytes(t.data, t.data + t.num_bytes);
+    if (t.name.starts_with("blk.2.")) writer.add_tensor("blk.3." + t.name.substr(6), t.type, t.dims, bytes);
+    writer.add_tensor(t.name, t.type, t.dims, std::move(bytes));
+  }
+  const std::string path = test::scratch_dir("mla_nextn") + "/model.gguf";
+  writer.write(path);
+  const auto model = Model::load(path);
+  EXPECT_EQ(model->config().n_layer, 3);
+  test::expect_batch_logits_match(*model, test::fixture_reference("arch/deepseek3"), "deepseek3 with a nextn block");
+}
+
 // A copy of the Lite fixture with metadata and tensors edited (return false to drop).
 std::string edited_lite(const std::string& name, const test::KeyEdit& edit_key, const test::TensorEdit& edit_tensor) {
   return test::edited_gguf_copy(fixture_gguf("deepseek2_lite"), "mla_" + name, edit_key, edit_tensor);
@@ -244,6 +267,11 @@ TEST(MlaModelLoad, BadFilesAreClearErrors) {
                        },
                        keep_tensor);
   };
+  // A count of 0 (llama.cpp's model saver writes it for every MoE file) or 1 means no groups.
+  for (uint32_t none : {0u, 1u}) {
+    const auto model = Model::load(edited_groups("groups_none_" + std::to_string(none), none, none));
+    EXPECT_FALSE(model->config().moe.group_limited()) << none;
+  }
   test::expect_load_error(edited_groups("groups_divide", 3, 1), {"expert_group_count 3 must divide", "expert_count 4"});
   test::expect_load_error(edited_groups("groups_used", 2, 3), {"expert_group_used_count 3 must be between 1 and"});
   test::expect_load_error(edited_groups("groups_hold", 4, 1), {"expert_used_count 2 exceeds the 1 experts of 1 of 4 groups"});

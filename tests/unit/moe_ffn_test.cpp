@@ -279,6 +279,21 @@ TEST(MoeRouting, SoftmaxGroupsRankedByTheirBestExpert) {
   EXPECT_EQ(r.experts, (std::vector<int32_t>{2, 3, 7}));
 }
 
+// A NaN score (a NaN router row, or selection bias) loses to every number, wherever it sits: first
+// in the list, or in the first group.
+TEST(MoeRouting, ANaNScoreNeverBeatsANumber) {
+  MoeConfig m = grouped_config(MoeConfig::Gating::Sigmoid, MoeConfig::GroupScore::TopTwoSum);
+  float logits[8];
+  for (int e = 0; e < 8; ++e) logits[e] = std::log(kGroupScores[e] / (1.0f - kGroupScores[e]));
+  logits[0] = NAN;
+  MoeRouting r;
+  route_tokens(logits, 1, m, r);
+  EXPECT_EQ(r.experts, (std::vector<int32_t>{2, 3, 7})) << "group {0,1} scores NaN + .10: not chosen";
+  m.n_group_used = 4;
+  route_tokens(logits, 1, m, r);
+  EXPECT_EQ(r.experts, (std::vector<int32_t>{4, 2, 3}));
+}
+
 TEST(MoeRouting, NaNLogitsStillChooseDistinctExperts) {
   MoeConfig m;
   m.n_expert = 4;

@@ -36,7 +36,6 @@ class AwqLayerScaler : public ActivationObserver {
       : model_(model), targets_(targets), options_(o), on_group_(on_group), pool_(o.pass.num_threads) {}
 
   void observe(int64_t layer, LinearKind kind, const float* x, int64_t n, int64_t cols) override {
-    require_dense_linear(layer, kind, "AWQ");
     const std::vector<LinearKind> readers = linear_readers_of(kind);
     if (readers.empty()) return;
     const auto start = std::chrono::steady_clock::now();

@@ -66,13 +66,6 @@ void run_calibration_pass(const Model& model, std::span<const int32_t> tokens, c
   runner.execute(chunks);
 }
 
-void require_dense_linear(int64_t layer, LinearKind kind, const char* method) {
-  if (!is_dense_linear(kind)) {
-    fail("{} calibration does not support '{}' (Mixture-of-Experts layers and latent attention) yet", method,
-         linear_tensor_name(layer, kind));
-  }
-}
-
 std::vector<LinearKind> linear_readers_of(LinearKind kind) {
   switch (kind) {
     case LinearKind::AttnQ: return {LinearKind::AttnQ, LinearKind::AttnK, LinearKind::AttnV};

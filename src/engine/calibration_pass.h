@@ -37,10 +37,6 @@ std::string calibration_limit(const Model& model, bool names_only = false);
 void run_calibration_pass(const Model& model, std::span<const int32_t> tokens, const CalibrationPass& pass,
                           ActivationObserver& observer, const char* method);
 
-// Fails, naming the tensor and the method, for a kind that is not a dense layer's matrix (a MoE
-// layer's, latent attention's): a guard behind calibration_limit, which refuses such models first.
-void require_dense_linear(int64_t layer, LinearKind kind, const char* method);
-
 // The matrices that read the input the forward pass shows with `kind`: q, k and v share theirs
 // (shown as AttnQ, AttnK, AttnV in turn), gate and up theirs; for the kinds shown after the first
 // of a shared input (AttnK, AttnV, FfnUp) and for Output, none.

@@ -19,7 +19,6 @@ class GptqLayerQuantizer : public ActivationObserver {
       : model_(model), targets_(targets), options_(o), on_tensor_(on_tensor), pool_(o.pass.num_threads) {}
 
   void observe(int64_t layer, LinearKind kind, const float* x, int64_t n, int64_t cols) override {
-    require_dense_linear(layer, kind, "GPTQ");
     importance_.observe(layer, kind, x, n, cols);
     std::vector<std::pair<std::string, LinearKind>> todo;
     for (LinearKind k : linear_readers_of(kind)) {

@@ -19,10 +19,6 @@ enum class LinearKind {
   Router, ExpertGate, ExpertUp, ExpertDown, SharedGate, SharedUp, SharedDown, SharedGateInp,
   AttnQA, AttnQB, AttnKvA, AttnKB, AttnVB
 };
-// Whether `kind` is one of a dense decoder layer's seven matrices or the output head: the kinds
-// the layer-by-layer quantizers (GPTQ, AWQ) know how to fold and encode.
-inline bool is_dense_linear(LinearKind kind) { return int(kind) <= int(LinearKind::Output); }
-
 // A dense layer's seven matrices (the kinds up to Output, without it).
 inline constexpr LinearKind kLayerLinearKinds[] = {
     LinearKind::AttnQ,   LinearKind::AttnK, LinearKind::AttnV,  LinearKind::AttnOutput,

@@ -47,7 +47,7 @@ struct LayerWeights {
   MoeLayerWeights moe;               // a MoE layer's router and experts (then w_gate/up/down are empty)
   MlaLayerWeights mla;               // latent attention's tensors (then wq is attn_q if any; wk, wv empty)
 
-  // The dense layer matrix of `kind` (is_dense_linear, not Output, which is the model's).
+  // The dense layer matrix of `kind` (AttnQ .. FfnDown; not Output, which is the model's).
   WeightView& matrix(LinearKind kind);
   const WeightView& matrix(LinearKind kind) const { return const_cast<LayerWeights*>(this)->matrix(kind); }
 };

@@ -121,8 +121,7 @@ void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, Gat
              int64_t T, MoeScratch& s, float* out, LayerObserver seen) {
   const int64_t n_expert = w.n_expert, n_embd = w.n_embd, n_ff = w.n_ff_expert;
   if (n_expert != m.n_expert || T <= 0) fail("internal: MoE layer of {} experts for a config of {}", n_expert, m.n_expert);
-  ActivationObserver* const observer = seen.observer;
-  if (observer) observer->observe(seen.layer, LinearKind::Router, x, T, n_embd);
+  seen.observe(LinearKind::Router, x, T, n_embd);
   s.logits.resize(size_t(T * n_expert));
   backend.matmul(w.router, x, T, s.logits.data());
   route_tokens(s.logits.data(), T, m, s.routing, w.selection_bias);
@@ -160,15 +159,15 @@ void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, Gat
   auto observe_experts = [&](LinearKind kind, const std::vector<float>& rows, int64_t cols) {
     for (int64_t e = 0; e < n_expert; ++e) {
       const int64_t begin = s.expert_begin[size_t(e)], count = s.expert_begin[size_t(e + 1)] - begin;
-      if (count > 0) observer->observe_stacked(seen.layer, kind, e, n_expert, rows.data() + begin * cols, count, cols);
+      if (count > 0) seen.observe_stacked(kind, e, n_expert, rows.data() + begin * cols, count, cols);
     }
   };
-  if (observer) {
+  if (seen.observer) {
     observe_experts(LinearKind::ExpertGate, s.rows_in, n_embd);
     observe_experts(LinearKind::ExpertUp, s.rows_in, n_embd);
   }
   backend.gated_ffn_grouped(s.gated_groups, act);
-  if (observer) observe_experts(LinearKind::ExpertDown, s.rows_act, n_ff);
+  if (seen.observer) observe_experts(LinearKind::ExpertDown, s.rows_act, n_ff);
   backend.matmul_grouped(s.down_groups);
 
   // Each token's weighted sum in its top-k order.
@@ -192,15 +191,15 @@ void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, Gat
   s.shared_out.resize(size_t(T * n_embd));
   s.shared_logit.resize(size_t(T));
   const bool gated = w.shared_gate_inp.data != nullptr;
-  if (observer) {
-    observer->observe(seen.layer, LinearKind::SharedGate, x, T, n_embd);
-    observer->observe(seen.layer, LinearKind::SharedUp, x, T, n_embd);
-  }
+  seen.observe(LinearKind::SharedGate, x, T, n_embd);
+  seen.observe(LinearKind::SharedUp, x, T, n_embd);
   backend.gated_ffn(w.shared_gate, w.shared_up, act, x, T, s.shared_act.data());
-  if (observer) observer->observe(seen.layer, LinearKind::SharedDown, s.shared_act.data(), T, n_sh);
+  seen.observe(LinearKind::SharedDown, s.shared_act.data(), T, n_sh);
   backend.matmul(w.shared_down, s.shared_act.data(), T, s.shared_out.data());
-  if (gated && observer) observer->observe(seen.layer, LinearKind::SharedGateInp, x, T, n_embd);
-  if (gated) backend.matmul(w.shared_gate_inp, x, T, s.shared_logit.data());
+  if (gated) {
+    seen.observe(LinearKind::SharedGateInp, x, T, n_embd);
+    backend.matmul(w.shared_gate_inp, x, T, s.shared_logit.data());
+  }
   for (int64_t t = 0; t < T; ++t) {
     const float gate = gated ? 1.0f / (1.0f + std::exp(-s.shared_logit[size_t(t)])) : 1.0f;
     float* o = out + t * n_embd;

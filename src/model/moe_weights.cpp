@@ -60,19 +60,20 @@ MoeConfig read_moe_config(const gguf::GgufFile& file, const std::string& arch, i
   // hard-codes the others' in their graphs (Mixtral and Qwen3-MoE renormalize, Qwen2-MoE and OLMoE
   // do not; softmax, no scale), whatever a file says (its model saver writes expert_weights_norm
   // false for Mixtral). DeepSeek-V2 does not renormalize unless the key says so (V3's does).
-  const bool deepseek = arch == "deepseek2";
-  m.normalize_top_k = deepseek ? file.get_bool(p + "expert_weights_norm").value_or(false)
-                               : arch != "qwen2moe" && arch != "olmoe";
-  if (auto scale = file.get_float(p + "expert_weights_scale"); deepseek && scale && *scale != 0.0) {
-    if (!(*scale > 0.0)) fail("{}: {}expert_weights_scale {} must be positive", file.name(), p, *scale);
-    m.weights_scale = float(*scale);
-  }
-  // llama.cpp's gating function ids: 0 none (the architecture's default, softmax here), 1 softmax,
-  // 2 sigmoid; 3 (softmax over the chosen experts' logits) and 4 (sqrt softplus) are other families'.
-  if (auto gating = file.get_uint(p + "expert_gating_func"); deepseek && gating && *gating > 2) {
-    fail("{}: {}expert_gating_func {} is not supported (supported: 1 softmax, 2 sigmoid)", file.name(), p, *gating);
-  } else if (deepseek && gating && *gating == 2) {
-    m.gating = MoeConfig::Gating::Sigmoid;
+  m.normalize_top_k = arch != "qwen2moe" && arch != "olmoe" && arch != "deepseek2";
+  if (arch == "deepseek2") {
+    m.normalize_top_k = file.get_bool(p + "expert_weights_norm").value_or(false);
+    if (auto scale = file.get_float(p + "expert_weights_scale"); scale && *scale != 0.0) {
+      if (!(*scale > 0.0)) fail("{}: {}expert_weights_scale {} must be positive", file.name(), p, *scale);
+      m.weights_scale = float(*scale);
+    }
+    // llama.cpp's gating ids: 0 none (softmax here), 1 softmax, 2 sigmoid; 3 (softmax over the
+    // chosen experts' logits) and 4 (sqrt softplus) are other families'.
+    const uint64_t gating = file.get_uint(p + "expert_gating_func").value_or(0);
+    if (gating > 2) {
+      fail("{}: {}expert_gating_func {} is not supported (supported: 1 softmax, 2 sigmoid)", file.name(), p, gating);
+    }
+    if (gating == 2) m.gating = MoeConfig::Gating::Sigmoid;
   }
   // Groups (llama.cpp reads them for every architecture; a count of 0 or 1, which its model saver
   // writes for every MoE file, means none). The group score follows the gating: DeepSeek-V2's

@@ -49,21 +49,6 @@ std::vector<uint8_t> make_matrix(DType type) {
   constexpr int64_t kDistinct = 256;
   for (int64_t r = 0; r < kDistinct; ++r) {
     uint8_t* row = bytes.data() + r * row_bytes;
-    if (format.quantize_row == nullptr) {
-      // A read-only format: random codes, every block's F16 d set to 0.001 (IQ2_XXS/XS/S, IQ1_S: the
-      // leading 2 bytes; IQ1_M: the top nibbles of the four scale words at byte 48).
-      for (int64_t i = 0; i < row_bytes; ++i) row[i] = uint8_t(rng());
-      const uint16_t d = float_to_fp16(0.001f);
-      for (int64_t b = 0; b < kCols / format.block_size; ++b) {
-        uint8_t* block = row + b * format.block_bytes;
-        if (type != DType::IQ1_M) {
-          std::memcpy(block, &d, 2);
-          continue;
-        }
-        for (int w = 0; w < 4; ++w) block[48 + 2 * w + 1] = uint8_t((block[48 + 2 * w + 1] & 0x0F) | ((d >> (4 * w)) & 0xF) << 4);
-      }
-      continue;
-    }
     for (float& v : src) v = dist(rng);
     format.quantize_row(src.data(), row, kCols);
   }

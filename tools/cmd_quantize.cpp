@@ -52,7 +52,6 @@ struct QuantizeOptions {
 DType tensor_type(const std::string& name, const char* option) {
   const auto type = dtype_from_name(name);
   if (!type || quant::find_format(*type) == nullptr) fail("{} {}: not a type Kestrel can write", option, name);
-  quant::require_quantizer(*type);  // a read-only format: the error names it
   return *type;
 }
 
@@ -264,8 +263,9 @@ void quantize(const QuantizeOptions& o) {
   if (!o.output_type.empty()) recipe->output_type = tensor_type(o.output_type, "--output-tensor-type");
   if (!o.embedding_type.empty()) recipe->embedding_type = tensor_type(o.embedding_type, "--token-embedding-type");
   const std::string method = !o.method.empty() ? o.method : (!o.imatrix.empty() || !o.calib.empty()) ? "imatrix" : "rtn";
-  if (recipe->mix == QuantMix::Q2_K_S && method == "rtn") {
-    fail("Q2_K_S needs an importance matrix (--imatrix FILE or --calib TEXT), as llama-quantize requires one for it");
+  if ((recipe->mix == QuantMix::Q2_K_S || requires_imatrix(recipe->base)) && method == "rtn") {
+    fail("{} needs an importance matrix (--imatrix FILE or --calib TEXT), as llama-quantize requires one for it",
+         recipe->name);
   }
   if (method == "rtn" && (!o.imatrix.empty() || !o.calib.empty())) {
     fail("--method rtn takes neither --imatrix nor --calib");
@@ -359,6 +359,7 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("output", options->output, "output GGUF")->required();
   cmd->add_option("type", options->type,
                   "one type for every matrix (F32, F16, BF16, Q8_0, Q4_0, Q2_K_PURE, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, "
+                  "IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M (these five need --imatrix or --calib), "
                   "TQ1_0, TQ2_0, MXFP4, INT8_PC, "
                   "INT4_SYM_G32/G64/G128, INT4_ASYM_G32/G64/G128, INT4_ZP_G32/G64/G128 (GPTQ's zero-point grid), "
                   "INT3_ASYM_G64/G128, INT2_ASYM_G64/G128, NF4, W8A8, "
@@ -373,7 +374,7 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("--token-embedding-type", options->embedding_type, "type of token_embd.weight (as llama-quantize)");
   cmd->add_option("--method", options->method,
                   "rtn (round to nearest), imatrix (importance-weighted error: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q5_0, IQ4_NL, IQ4_XS, NF4, IQ3_XXS, "
-                  "IQ3_S) or gptq "
+                  "IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M) or gptq "
                   "(Q4_K, INT4_SYM_G*/INT4_ASYM_G*/INT4_ZP_G*/INT3_ASYM_G*/INT2_ASYM_G*, needs --calib) or awq (activation-aware scales and clipping, any "
                   "type, needs --calib) or smoothquant (activation outliers moved into the weights, for W8A8; "
                   "needs --calib); default: imatrix with --imatrix or --calib, else rtn")

@@ -29,6 +29,11 @@ constexpr QuantRecipe kRecipes[] = {
     {"MXFP4", DType::MXFP4, QuantMix::Pure, 38},  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE, as after --pure
     {"IQ3_XXS", DType::IQ3_XXS, QuantMix::Pure, 23},
     {"IQ3_S", DType::IQ3_S, QuantMix::Pure, 26},
+    {"IQ2_XXS", DType::IQ2_XXS, QuantMix::Pure, 19},
+    {"IQ2_XS", DType::IQ2_XS, QuantMix::Pure, 20},
+    {"IQ2_S", DType::IQ2_S, QuantMix::Pure, 29},  // LLAMA_FTYPE_MOSTLY_IQ2_M: its base type is GGML's IQ2_S
+    {"IQ1_S", DType::IQ1_S, QuantMix::Pure, 24},
+    {"IQ1_M", DType::IQ1_M, QuantMix::Pure, 31},
     {"Q2_K", DType::Q2_K, QuantMix::Q2_K, 10},
     {"Q2_K_S", DType::Q2_K, QuantMix::Q2_K_S, 21},
     {"Q3_K_S", DType::Q3_K, QuantMix::Q3_K_S, 11},
@@ -154,13 +159,19 @@ std::string quant_recipe_names() {
   return names;
 }
 
+bool requires_imatrix(DType type) {
+  return type == DType::IQ2_XXS || type == DType::IQ2_XS || type == DType::IQ2_S || type == DType::IQ1_S ||
+         type == DType::IQ1_M;
+}
+
 DType quant_type_that_fits(DType wanted, int64_t row_length) {
   for (DType type = wanted;; type = smaller_int_group(type)) {
     if (row_length % dtype_layout(type).block_size == 0) return type;
     // llama.cpp's tensor_type_fallback: each k-quant to the 32-block type of about its precision.
     const DType smaller = type == DType::Q3_K || type == DType::Q2_K ? DType::Q4_0 : type == DType::Q4_K ? DType::Q5_0
                         : type == DType::Q5_K ? DType::Q5_1 : type == DType::Q6_K ? DType::Q8_0
-                        : type == DType::IQ4_XS || type == DType::IQ3_XXS || type == DType::IQ3_S || type == DType::NF4
+                        : type == DType::IQ4_XS || type == DType::IQ3_XXS || type == DType::IQ3_S || type == DType::NF4 ||
+                                  requires_imatrix(type)
                             ? DType::IQ4_NL
                         : type == DType::TQ1_0 || type == DType::TQ2_0 ? DType::Q4_0 : DType::F16;
     if (smaller != DType::F16) return row_length % 32 == 0 ? smaller : DType::F16;

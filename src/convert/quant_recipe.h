@@ -22,11 +22,13 @@
 //     mixtures of experts (n_expert == 8); imatrix-driven choices; --pure / --tensor-type flags;
 //     the IQ4_NL / IQ4_XS file types' own choices (output.weight Q6_K, attn_v Q5_K when n_gqa >=
 //     4, the first n/8 ffn_down Q5_K without an imatrix) and the IQ3 ones': "IQ4_NL", "IQ4_XS",
-//     "IQ3_XXS" and "IQ3_S" here are pure, as after llama-quantize --pure.
+//     "IQ3_XXS" and "IQ3_S" here are pure, as after llama-quantize --pure. So are "IQ2_XXS",
+//     "IQ2_XS", "IQ2_S", "IQ1_S" and "IQ1_M" (GGML's types; file types 19, 20, 29, 24, 31, as
+//     llama-quantize --pure writes them: its IQ2_S file type is IQ2_XS-based, IQ2_M is IQ2_S-based).
 //   - embedding_type / output_type, when set, override all of the above for those two tensors.
 //   - A tensor whose rows do not divide into the chosen type's blocks falls back as llama.cpp's
 //     tensor_type_fallback does: Q2_K and Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, IQ4_XS / IQ3_XXS /
-//     IQ3_S / NF4 to IQ4_NL, TQ1_0 and TQ2_0 to Q4_0 when rows are a multiple of 32, else F16; INT4 group types to the same kind with a smaller group that fits, else
+//     IQ3_S / IQ2_* / IQ1_* / NF4 to IQ4_NL, TQ1_0 and TQ2_0 to Q4_0 when rows are a multiple of 32, else F16; INT4 group types to the same kind with a smaller group that fits, else
 //     F16; every other type to F16.
 #pragma once
 
@@ -85,6 +87,10 @@ struct QuantChoice {
 std::vector<QuantChoice> plan_quantization(const QuantRecipe& recipe,
                                            std::span<const QuantTensorInfo> tensors,
                                            int64_t n_layer, int64_t n_gqa = 1);
+
+// The types llama-quantize will not write without an importance matrix (IQ2_XXS, IQ2_XS, IQ2_S,
+// IQ1_S, IQ1_M: at 1.5-2.5 bits an unweighted search wastes the few levels on unimportant columns).
+bool requires_imatrix(DType type);
 
 // `wanted` if rows of `row_length` divide into its blocks, else the fallback described above.
 DType quant_type_that_fits(DType wanted, int64_t row_length);

@@ -68,7 +68,7 @@ std::vector<uint8_t> reencode(ThreadPool& pool, const gguf::TensorInfo& t, const
 
 DType requantize_type_for(DType target, int64_t row_length, size_t num_dims) {
   if (num_dims < 2) return DType::F32;
-  quant::require_quantizer(target);
+  quant::require_format(target);
   return quant_type_that_fits(target, row_length);
 }
 
@@ -109,7 +109,7 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
       fail("{}: tensor '{}' has type {}, which cannot be decoded to re-encode it as {}",
            input_path, t.name, dtype_name(t.type), dtype_name(plan[i].type));
     }
-    if (encoded_as(t.name) == nullptr) quant::require_quantizer(plan[i].type);
+    if (encoded_as(t.name) == nullptr) quant::require_format(plan[i].type);
     const EncodedTensor* pre = encoded_as(t.name);
     if (pre != nullptr && (pre->type != plan[i].type ||
                            int64_t(pre->bytes.size()) != t.num_elements / t.dims[0] *

@@ -27,8 +27,6 @@ struct WeightFormat {
   DType type;
   int64_t block_size;
   int64_t block_bytes;
-  // Null for a read-only format (llama.cpp's IQ2/IQ1 grid formats, whose quantizers need an
-  // importance matrix): Kestrel computes with it but cannot write it (require_quantizer).
   QuantizeRowFn quantize_row;
   DequantizeRowFn dequantize_row;
   DType activation_type;
@@ -41,9 +39,6 @@ struct WeightFormat {
 const WeightFormat* find_format(DType type);
 // Like find_format but throws a kestrel::Error naming the type.
 const WeightFormat& require_format(DType type);
-
-// Like require_format, and throws a kestrel::Error naming the type if the format is read-only.
-const WeightFormat& require_quantizer(DType type);
 
 // Every format with kernels, GGML's first, then Kestrel's (for tests and listings).
 std::span<const WeightFormat> all_formats();

@@ -207,12 +207,11 @@ constexpr std::array<WeightFormat, 44> kFormats{{
     {DType::Q8_K, 256, 292, quantize_row_q8_K, dequantize_row_q8_K, DType::Q8_K, vec_dot_q8_K_q8_K},
     {DType::IQ4_NL, 32, 18, quantize_row_iq4_nl, dequantize_row_iq4_nl, DType::Q8_0, vec_dot_iq4_nl_q8_0, 0, quantize_row_iq4_nl_weighted},
     {DType::IQ4_XS, 256, 136, quantize_row_iq4_xs, dequantize_row_iq4_xs, DType::Q8_K, vec_dot_iq4_xs_q8_K, 0, quantize_row_iq4_xs_weighted},
-    // Read-only: no quantizer (see format.h).
-    {DType::IQ2_XXS, 256, 66, nullptr, dequantize_row_iq2_xxs, DType::Q8_K, vec_dot_iq2_xxs_q8_K},
-    {DType::IQ2_XS, 256, 74, nullptr, dequantize_row_iq2_xs, DType::Q8_K, vec_dot_iq2_xs_q8_K},
-    {DType::IQ2_S, 256, 82, nullptr, dequantize_row_iq2_s, DType::Q8_K, vec_dot_iq2_s_q8_K},
-    {DType::IQ1_S, 256, 50, nullptr, dequantize_row_iq1_s, DType::Q8_K, vec_dot_iq1_s_q8_K},
-    {DType::IQ1_M, 256, 56, nullptr, dequantize_row_iq1_m, DType::Q8_K, vec_dot_iq1_m_q8_K},
+    {DType::IQ2_XXS, 256, 66, quantize_row_iq2_xxs, dequantize_row_iq2_xxs, DType::Q8_K, vec_dot_iq2_xxs_q8_K, 0, quantize_row_iq2_xxs_weighted},
+    {DType::IQ2_XS, 256, 74, quantize_row_iq2_xs, dequantize_row_iq2_xs, DType::Q8_K, vec_dot_iq2_xs_q8_K, 0, quantize_row_iq2_xs_weighted},
+    {DType::IQ2_S, 256, 82, quantize_row_iq2_s, dequantize_row_iq2_s, DType::Q8_K, vec_dot_iq2_s_q8_K, 0, quantize_row_iq2_s_weighted},
+    {DType::IQ1_S, 256, 50, quantize_row_iq1_s, dequantize_row_iq1_s, DType::Q8_K, vec_dot_iq1_s_q8_K, 0, quantize_row_iq1_s_weighted},
+    {DType::IQ1_M, 256, 56, quantize_row_iq1_m, dequantize_row_iq1_m, DType::Q8_K, vec_dot_iq1_m_q8_K, 0, quantize_row_iq1_m_weighted},
     {DType::TQ1_0, 256, 54, quantize_row_tq1_0, dequantize_row_tq1_0, DType::Q8_K, vec_dot_tq1_0_q8_K},
     {DType::TQ2_0, 256, 66, quantize_row_tq2_0, dequantize_row_tq2_0, DType::Q8_K, vec_dot_tq2_0_q8_K},
     {DType::MXFP4, 32, 17, quantize_row_mxfp4, dequantize_row_mxfp4, DType::Q8_0, vec_dot_mxfp4_q8_0},
@@ -272,16 +271,6 @@ const WeightFormat& require_format(DType type) {
     supported += dtype_name(format.type);
   }
   fail("weight type {} is not supported yet (supported: {})", dtype_name(type), supported);
-}
-
-const WeightFormat& require_quantizer(DType type) {
-  const WeightFormat& format = require_format(type);
-  if (format.quantize_row == nullptr) {
-    fail("weight type {} can be read but not written: Kestrel has no quantizer for it (llama.cpp's needs an "
-         "importance matrix; use llama-quantize --imatrix)",
-         dtype_name(type));
-  }
-  return format;
 }
 
 }  // namespace kestrel::quant

@@ -75,6 +75,18 @@ void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n);
 float vec_dot_iq4_xs_q8_K(const void* w, const void* a, int64_t n);
 
 // llama.cpp's grid formats (iq_grid_quants.cpp), Q8_K activations, no quantizer.
+// Quantizers (iq_grid_quantize.cpp): the unweighted ones for tests; `kestrel quantize` requires an
+// importance matrix for these types, as llama-quantize does.
+void quantize_row_iq2_xxs(const float* src, void* dst, int64_t n);
+void quantize_row_iq2_xxs_weighted(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_row_iq2_xs(const float* src, void* dst, int64_t n);
+void quantize_row_iq2_xs_weighted(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_row_iq2_s(const float* src, void* dst, int64_t n);
+void quantize_row_iq2_s_weighted(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_row_iq1_s(const float* src, void* dst, int64_t n);
+void quantize_row_iq1_s_weighted(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_row_iq1_m(const float* src, void* dst, int64_t n);
+void quantize_row_iq1_m_weighted(const float* src, void* dst, int64_t n, const float* importance);
 void dequantize_row_iq2_xxs(const void* src, float* dst, int64_t n);
 void dequantize_row_iq2_xs(const void* src, float* dst, int64_t n);
 void dequantize_row_iq2_s(const void* src, float* dst, int64_t n);

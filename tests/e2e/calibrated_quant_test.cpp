@@ -348,6 +348,8 @@ TEST(GptqCli, OptionErrorsAreClear) {
            {"W8A8 --method smoothquant", "--method smoothquant needs a calibration text (--calib TEXT)"},
            {"W8A8 --alpha 0.7", "--alpha is a SmoothQuant option (--method smoothquant)"},
            {"Q2_K_S", "Q2_K_S needs an importance matrix (--imatrix FILE or --calib TEXT)"},
+           {"IQ2_XXS", "IQ2_XXS needs an importance matrix (--imatrix FILE or --calib TEXT)"},
+           {"IQ1_M --method rtn", "IQ1_M needs an importance matrix (--imatrix FILE or --calib TEXT)"},
            {"INT4_ASYM_G32 --output-tensor-type Q9_9", "--output-tensor-type Q9_9: not a type Kestrel can write"},
        }) {
     const CommandResult r = run_kestrel("quantize " + kStories + " " + out + " " + c.args);

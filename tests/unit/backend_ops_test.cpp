@@ -173,7 +173,7 @@ Weights random_weights(const WeightFormat& format, int64_t rows, int64_t cols, s
   for (int64_t r = 0; r < rows; ++r) {
     // Rows of different scales, and an offset so asymmetric formats see one-sided groups.
     const float scale = std::ldexp(1.0f, int(r % 5) - 2);
-    if (format.quantize_row == nullptr) {  // a read-only format: random valid blocks
+    if (test::is_iq_grid_format(format.type)) {  // random valid blocks: every grid entry, sign and scale
       test::random_iq_grid_row(format.type, cols, scale, rng, w.bytes.data() + r * w.row_bytes);
       continue;
     }

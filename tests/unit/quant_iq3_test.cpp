@@ -327,7 +327,9 @@ TEST(IQ3Quantize, ErrorOnGaussianRowsIsBelowTheBaselines) {
     std::printf("  %s MSE / Q3_K: %.3f, / uniform 3.5-bit: %.3f (quantized at %.2f M values/s)\n",
                 std::string(dtype_name(type)).c_str(), e / q3k, e / uniform, double(n) / seconds / 1e6);
     EXPECT_LT(e, 0.95 * uniform) << dtype_name(type);
-    if (type == DType::IQ3_S) EXPECT_LT(e, 0.95 * q3k);
+    if (type == DType::IQ3_S) {
+      EXPECT_LT(e, 0.95 * q3k);
+    }
   }
 }
 

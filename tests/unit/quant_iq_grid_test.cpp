@@ -6,7 +6,10 @@
 //  - the DType ids, names and sizes are GGML's, and a GGUF file gguf-py wrote with these types
 //    loads with the right shapes and the same values, and re-encodes to Q8_0 through requantize;
 //  - vec_dot equals the double-precision dot of the dequantized rows within a rounding bound;
-//  - the formats are read-only: asking to write one is an error naming the type.
+//  - the quantizers put every group on the grid's nearest entry at the step, signs and delta its
+//    block stores (brute force over the whole grid), IQ2_XXS/IQ2_XS's parity by the best single
+//    flip, IQ1's delta by the better sign; error falls with the bits and with importance;
+//  - the recipes (llama.cpp's file types, the imatrix requirement, the IQ4_NL fallback).
 // The SIMD kernels are checked against these references in backend_ops_test.cpp.
 #include <gtest/gtest.h>
 
@@ -203,23 +206,235 @@ TEST(IQGridDot, MatchesTheDequantizedDot) {
   }
 }
 
-TEST(IQGridReadOnly, WritingTheFormatsIsAClearError) {
+// ---------------------------------------------------------------------------------------------
+// The quantizers (iq_grid_quantize.cpp), checked from the stored bytes: each group of 8 is decoded
+// from the layout (its step, grid entry, signs or delta) and compared with every entry of the grid.
+
+struct StoredGroup {
+  float step = 0.0f;
+  int entry = 0;
+  uint8_t negative = 0;  // IQ2: bit i set where value i is stored negative
+  float delta = 0.0f;    // IQ1: +-1/8
+};
+
+bool is_iq1(DType type) { return type == DType::IQ1_S || type == DType::IQ1_M; }
+
+// Group l (0..3) of sub-block j (0..7) of one super-block.
+StoredGroup stored_group(DType type, const uint8_t* block, int j, int l) {
+  StoredGroup g;
+  auto iq2_step = [](uint16_t d, int code) { return fp16_to_float(d) * (0.5f + float(code)) * 0.25f; };
+  if (type == DType::IQ2_XXS) {
+    const auto& b = *reinterpret_cast<const quant::BlockIQ2_XXS*>(block);
+    const uint32_t indices = b.qs[4 * j] | uint32_t(b.qs[4 * j + 1]) << 16;
+    const uint32_t signs = b.qs[4 * j + 2] | uint32_t(b.qs[4 * j + 3]) << 16;
+    g = {iq2_step(b.d, int(signs >> 28)), int(indices >> (8 * l) & 255), quant::kIQ2SignBits[signs >> (7 * l) & 127]};
+  } else if (type == DType::IQ2_XS) {
+    const auto& b = *reinterpret_cast<const quant::BlockIQ2_XS*>(block);
+    const uint16_t q = b.qs[4 * j + l];
+    g = {iq2_step(b.d, b.scales[j] >> (4 * (l / 2)) & 15), q & 511, quant::kIQ2SignBits[q >> 9]};
+  } else if (type == DType::IQ2_S) {
+    const auto& b = *reinterpret_cast<const quant::BlockIQ2_S*>(block);
+    g = {iq2_step(b.d, b.scales[j] >> (4 * (l / 2)) & 15), quant::iq2s_index(b, j, l), b.qs[32 + 4 * j + l]};
+  } else if (type == DType::IQ1_S) {
+    const auto& b = *reinterpret_cast<const quant::BlockIQ1_S*>(block);
+    g.step = fp16_to_float(b.d) * float(2 * (b.qh[j] >> 12 & 7) + 1);
+    g.entry = quant::iq1s_index(b, j, l);
+    g.delta = b.qh[j] & 0x8000 ? -quant::kIQ1Delta : quant::kIQ1Delta;
+  } else {
+    const auto& b = *reinterpret_cast<const quant::BlockIQ1_M*>(block);
+    g.step = fp16_to_float(quant::iq1m_d_bits(b)) * float(2 * quant::iq1m_scale(b, j, l / 2) + 1);
+    g.entry = quant::iq1m_index(b, j, l);
+    g.delta = quant::iq1m_delta_sign(b, j, l) < 0 ? -quant::kIQ1Delta : quant::kIQ1Delta;
+  }
+  return g;
+}
+
+int grid_size(DType type) {
+  return type == DType::IQ2_XXS ? 256 : type == DType::IQ2_XS ? 512 : type == DType::IQ2_S ? 1024 : 2048;
+}
+double grid_level(DType type, int e, int i) {
+  switch (type) {
+    case DType::IQ2_XXS: return quant::iq_grid_value(quant::kIQ2XXSGrid[size_t(e)], i);
+    case DType::IQ2_XS: return quant::iq_grid_value(quant::kIQ2XSGrid[size_t(e)], i);
+    case DType::IQ2_S: return quant::iq_grid_value(quant::kIQ2SGrid[size_t(e)], i);
+    default: return quant::iq1_grid_value(quant::kIQ1SGrid[size_t(e)], i);
+  }
+}
+
+// The weighted squared distance of the targets t to entry e, in double.
+double entry_cost(DType type, int e, const double* t, const double* w) {
+  double c = 0.0;
+  for (int i = 0; i < 8; ++i) c += w[i] * (t[i] - grid_level(type, e, i)) * (t[i] - grid_level(type, e, i));
+  return c;
+}
+double best_cost(DType type, const double* t, const double* w) {
+  double best = INFINITY;
+  for (int e = 0; e < grid_size(type); ++e) best = std::min(best, entry_cost(type, e, t, w));
+  return best;
+}
+
+// The group's targets: IQ2 magnitudes over the step, negated where the stored sign is not the
+// value's own (negative: the stored signs); IQ1 values over the step less the delta.
+void targets(DType type, const float* x, float step, uint8_t negative, float delta, double* t) {
+  for (int i = 0; i < 8; ++i) {
+    if (is_iq1(type)) {
+      t[i] = double(x[i]) / step - delta;
+    } else {
+      const bool flipped = (x[i] < 0.0f) != ((negative >> i & 1) != 0);
+      t[i] = (flipped ? -1.0 : 1.0) * std::fabs(double(x[i])) / step;
+    }
+  }
+}
+
+// Gaussian rows with a few outliers, and a heavy-tailed importance per column.
+std::vector<float> gaussian_row(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n), 0.0f);
+  for (float& v : x) v = dist(rng) * ((rng() % 50) == 0 ? 4.0f : 1.0f);
+  return x;
+}
+std::vector<float> importance_row(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> m(static_cast<size_t>(n));
+  for (float& v : m) v = std::exp(1.5f * dist(rng));
+  return m;
+}
+
+std::vector<uint8_t> quantize(const WeightFormat& f, const std::vector<float>& x, const float* importance) {
+  std::vector<uint8_t> bytes(size_t(quant::row_bytes(f, int64_t(x.size()))));
+  quant::quantize_row_with_importance(f, x.data(), bytes.data(), int64_t(x.size()), importance);
+  return bytes;
+}
+
+// sum m (x - y)^2 / sum m x^2 over the row.
+double relative_error(const WeightFormat& f, const std::vector<float>& x, const std::vector<uint8_t>& bytes,
+                      const std::vector<float>& m) {
+  const std::vector<float> y = dequantize(f, bytes.data(), int64_t(x.size()));
+  double e = 0.0, s = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    e += m[i] * (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+    s += m[i] * double(x[i]) * x[i];
+  }
+  return e / s;
+}
+
+TEST(IQGridQuantizer, EveryGroupIsTheNearestEntryAtTheStoredStepSignsAndDelta) {
+  // Without and with importance (w = importance * sqrt(2 mean x^2 + x^2) per super-block, as
+  // llama.cpp weighs), every group's entry is the grid's nearest to its targets by brute force over
+  // the whole grid; IQ2_XXS/IQ2_XS store at most one sign that is not the value's own, exactly
+  // when the group has an odd number of negative values, and that flip is the best single flip;
+  // IQ1's delta sign (per 32 values for IQ1_S, per group for IQ1_M) is the better of the two.
+  std::mt19937 rng(11);
+  constexpr int64_t n = 512;
   for (const FixtureCase& c : kFixtures) {
-    const WeightFormat& format = quant::require_format(c.type);
-    EXPECT_EQ(format.quantize_row, nullptr);
-    EXPECT_EQ(format.quantize_row_weighted, nullptr);
-    for (auto attempt : {+[](DType t) { quant::require_quantizer(t); },
-                         +[](DType t) { requantize_type_for(t, 4096, 2); }}) {
-      try {
-        attempt(c.type);
-        FAIL() << c.file << ": writing a read-only format must fail";
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find(std::string(dtype_name(c.type))), std::string::npos) << e.what();
+    const WeightFormat& f = quant::require_format(c.type);
+    const bool parity = c.type == DType::IQ2_XXS || c.type == DType::IQ2_XS;
+    int flips = 0, groups = 0;
+    for (int trial = 0; trial < 4; ++trial) {
+      const std::vector<float> x = gaussian_row(n, rng), m = importance_row(n, rng);
+      const bool weighted = trial % 2 == 1;
+      const std::vector<uint8_t> bytes = quantize(f, x, weighted ? m.data() : nullptr);
+      for (int64_t b = 0; b < n / 256; ++b) {
+        const float* xb = x.data() + 256 * b;
+        double w[256], sigma2 = 0.0;
+        for (int i = 0; i < 256; ++i) sigma2 += double(xb[i]) * xb[i];
+        sigma2 *= 2.0 / 256.0;
+        for (int i = 0; i < 256; ++i) w[i] = weighted ? m[size_t(256 * b + i)] * std::sqrt(sigma2 + double(xb[i]) * xb[i]) : 1.0;
+        double sub_cost[8][2] = {};  // IQ1_S: per sub-block, at the stored delta and the other one
+        for (int j = 0; j < 8; ++j) {
+          for (int l = 0; l < 4; ++l) {
+            const StoredGroup g = stored_group(c.type, bytes.data() + b * c.block_bytes, j, l);
+            if (!(g.step > 0.0f)) continue;
+            const int o = 32 * j + 8 * l;
+            double t[8];
+            targets(c.type, xb + o, g.step, g.negative, g.delta, t);
+            const double stored = entry_cost(c.type, g.entry, t, w + o);
+            const double tolerance = 1e-5 * stored + 1e-9;
+            ASSERT_LE(stored, best_cost(c.type, t, w + o) + tolerance) << c.file << " trial " << trial << " group " << o;
+            ++groups;
+            if (parity) {
+              int own_negatives = 0, flipped = 0;
+              uint8_t own = 0;  // the values' own signs
+              for (int i = 0; i < 8; ++i) {
+                own_negatives += xb[o + i] < 0.0f;
+                own |= uint8_t((xb[o + i] < 0.0f) << i);
+                flipped += (xb[o + i] < 0.0f) != ((g.negative >> i & 1) != 0);
+              }
+              ASSERT_EQ(flipped, own_negatives % 2) << c.file << " group " << o;
+              if (flipped == 1) {
+                ++flips;
+                for (int i = 0; i < 8; ++i) {  // every other single flip is no better
+                  double other[8];
+                  targets(c.type, xb + o, g.step, uint8_t(own ^ (1u << i)), 0.0f, other);
+                  ASSERT_LE(stored, best_cost(c.type, other, w + o) + tolerance) << c.file << " flip " << i;
+                }
+              }
+            }
+            if (is_iq1(c.type)) {
+              double other[8];
+              targets(c.type, xb + o, g.step, 0, -g.delta, other);
+              const double with_other = best_cost(c.type, other, w + o);
+              if (c.type == DType::IQ1_M) {
+                ASSERT_LE(stored, with_other + tolerance) << c.file << " group " << o;
+              }
+              sub_cost[j][0] += stored;
+              sub_cost[j][1] += with_other;
+            }
+          }
+          if (c.type == DType::IQ1_S) {
+            EXPECT_LE(sub_cost[j][0], sub_cost[j][1] * (1 + 1e-5) + 1e-9) << "sub-block " << j;
+          }
+        }
       }
     }
-    // No recipe makes them (`kestrel quantize ... IQ2_XXS` lists the types it can write).
-    EXPECT_FALSE(find_quant_recipe(std::string(dtype_name(c.type))).has_value());
+    EXPECT_EQ(groups, 4 * 2 * 32) << c.file;  // every group had a nonzero step
+    if (parity) {
+      EXPECT_GT(flips, 100) << c.file;  // about half the groups have an odd count
+    }
   }
+}
+
+TEST(IQGridQuantizer, ErrorFallsWithBitsAndImportanceLowersTheWeightedError) {
+  // On the same Gaussian rows: 1.56 (IQ1_S) > 1.75 (IQ1_M) > 2.06 (IQ2_XXS) > 2.31 (IQ2_XS) > 2.56
+  // (IQ2_S) bits per value, in that order of error; each type's weighted quantizer has a lower
+  // importance-weighted error than its unweighted one.
+  std::mt19937 rng(5);
+  constexpr int64_t n = 4096;
+  const std::vector<float> x = gaussian_row(n, rng), m = importance_row(n, rng);
+  const DType by_bits[] = {DType::IQ1_S, DType::IQ1_M, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S};
+  double previous = 1.0;
+  for (DType type : by_bits) {
+    const WeightFormat& f = quant::require_format(type);
+    const double plain = relative_error(f, x, quantize(f, x, nullptr), m);
+    const double weighted = relative_error(f, x, quantize(f, x, m.data()), m);
+    EXPECT_LT(plain, previous) << dtype_name(type);
+    EXPECT_LT(weighted, 0.9 * plain) << dtype_name(type);
+    previous = plain;
+  }
+}
+
+TEST(IQGridQuantizer, ZeroRowsStayZeroAndRecipesNeedAnImatrix) {
+  for (const FixtureCase& c : kFixtures) {
+    const WeightFormat& f = quant::require_format(c.type);
+    const std::vector<float> zeros(512, 0.0f);
+    for (float v : dequantize(f, quantize(f, zeros, nullptr).data(), 512)) ASSERT_EQ(v, 0.0f) << c.file;
+    // `kestrel quantize ... IQ2_XXS` writes the type for every matrix, with llama.cpp's file type
+    // for the pure file; like llama-quantize it needs an importance matrix; rows that are not a
+    // multiple of 256 fall back to IQ4_NL.
+    const auto recipe = find_quant_recipe(std::string(dtype_name(c.type)));
+    ASSERT_TRUE(recipe.has_value()) << c.file;
+    EXPECT_EQ(recipe->base, c.type);
+    EXPECT_TRUE(requires_imatrix(c.type));
+    EXPECT_EQ(quant_type_that_fits(c.type, 896), DType::IQ4_NL);
+    EXPECT_EQ(quant_type_that_fits(c.type, 1024), c.type);
+  }
+  // LLAMA_FTYPE_MOSTLY_*: llama-quantize --pure writes 19, 20, 29 (IQ2_M: GGML IQ2_S), 24, 31.
+  EXPECT_EQ(find_quant_recipe("IQ2_XXS")->file_type, 19u);
+  EXPECT_EQ(find_quant_recipe("IQ2_XS")->file_type, 20u);
+  EXPECT_EQ(find_quant_recipe("IQ2_S")->file_type, 29u);
+  EXPECT_EQ(find_quant_recipe("IQ1_S")->file_type, 24u);
+  EXPECT_EQ(find_quant_recipe("IQ1_M")->file_type, 31u);
+  EXPECT_FALSE(requires_imatrix(DType::IQ3_XXS));
 }
 
 }  // namespace

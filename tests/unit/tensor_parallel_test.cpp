@@ -131,10 +131,10 @@ Encoded encode(const quant::WeightFormat& f, const std::vector<float>& w, int64_
   e.bytes.resize(size_t(rows * rb));
   std::mt19937 rng(uint32_t(f.type));
   for (int64_t r = 0; r < rows; ++r) {
-    if (f.quantize_row != nullptr) {
-      f.quantize_row(w.data() + r * cols, e.bytes.data() + r * rb, cols);
-    } else {  // a read-only format: random valid blocks
+    if (test::is_iq_grid_format(f.type)) {  // random valid blocks: every grid entry, sign and scale
       test::random_iq_grid_row(f.type, cols, 0.01f, rng, e.bytes.data() + r * rb);
+    } else {
+      f.quantize_row(w.data() + r * cols, e.bytes.data() + r * rb, cols);
     }
   }
   e.view = WeightView{f.type, rows, cols, e.bytes.data()};

@@ -27,7 +27,6 @@
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "core/dtype.h"
-#include "core/half.h"
 #include "core/thread_pool.h"
 #include "quant/format.h"
 

@@ -117,9 +117,13 @@ Nearest nearest_entry(const Grid& g, const float* t, const float* w) {
   }
   float prefix_cost[81];
   size_t first = 0;
+  float first_cost = kInf;  // kept in a register: no load of prefix_cost[first] per step
   for (size_t p = 0; p < g.prefixes.size(); ++p) {
     prefix_cost[p] = pair[0][g.prefixes[p].pair01] + pair[1][g.prefixes[p].pair23];
-    if (prefix_cost[p] < prefix_cost[first]) first = p;
+    if (prefix_cost[p] < first_cost) {
+      first_cost = prefix_cost[p];
+      first = p;
+    }
   }
   Nearest best{-1, kInf};
   auto scan = [&](size_t p) {

@@ -16,10 +16,11 @@
 //     delta sign is chosen per 32 values (IQ1_S) or per group (IQ1_M) by the lower error.
 //  3. Per scale block (32 values: IQ2_XXS, IQ1_S; 16: the others), the step: 16 candidates putting
 //     the largest magnitude at a spread of fractions of the grid's top value, each assigned as in 2
-//     and refitted by weighted least squares; the best one is refitted once more.
+//     and refitted by weighted least squares; the best one is refitted once more. IQ1 then takes
+//     the step that keeps the block's weighted norm for that assignment (see best_step).
 //  4. Per super-block of 256, the F16 d that puts the largest step on the top scale code, and each
-//     block's code the best of the nearest code and its two neighbours, each assigned as in 2 at
-//     that stored step. So every group is the nearest entry at the step the block stores
+//     block's code the best of the nearest code and its two neighbours (IQ1: the nearest), each
+//     assigned as in 2 at that stored step. So every group is the nearest entry at the step the block stores
 //     (tests/unit/quant_iq_grid_test.cpp checks it by brute force).
 #include <algorithm>
 #include <cmath>
@@ -278,6 +279,15 @@ float best_step(const Spec& s, const float* x, const float* a, const float* w) {
   const float top = s.grid.top() + (s.iq1 ? kIQ1Delta : 0.0f);
   for (int c = 0; c < 16; ++c) consider(top * (low + (high - low) * float(c) / 15.0f) / amax);
   if (best > 0.0f) consider(1.0f / best);
+  if (s.iq1 && best > 0.0f) {
+    // IQ1 stores the step that keeps the block's weighted norm (sum w (step q)^2 = sum w x^2), not the
+    // least-squares one: at 1.5-1.75 bits least squares shrinks every matrix by 3-5%, and on a whole
+    // model that cost more than its lower squared error gained (docs/QUANTIZATION.md, IQ1_M on the 1.5B).
+    const Assignment q = assign(s, x, a, w, 1.0f / best);
+    float sum_x2 = 0.0f;
+    for (int i = 0; i < s.block; ++i) sum_x2 += w[i] * a[i] * a[i];
+    if (q.sum_q2 > 0.0f) return std::sqrt(sum_x2 / q.sum_q2);
+  }
   return best;
 }
 
@@ -314,11 +324,15 @@ SuperBlock quantize_super_block(const Spec& s, const float* x, const float* impo
     const float unit = s.step(d, 0);
     const int nearest = unit > 0.0f ? std::clamp(int(std::lround((steps[j] / unit - 1.0f) / 2.0f)), 0, s.max_code) : 0;
     float best_error = kInf;
-    for (int code = std::max(0, nearest - 1); code <= std::min(s.max_code, nearest + 1); ++code) {
+    // IQ2: the best of three codes by error; IQ1: the code nearest its norm-keeping step (choosing
+    // by error would pull it back to the shrinking one).
+    const int first_code = s.iq1 ? nearest : std::max(0, nearest - 1);
+    const int last_code = s.iq1 ? nearest : std::min(s.max_code, nearest + 1);
+    for (int code = first_code; code <= last_code; ++code) {
       const float step = s.step(d, code);
       const Assignment q = assign(s, x + o, a + o, w + o, step > 0.0f ? 1.0f / step : 0.0f);
       const float error = q.error(step, sum_x2);
-      if (code == std::max(0, nearest - 1) || error < best_error) {
+      if (code == first_code || error < best_error) {
         best_error = error;
         out.code[j] = code;
         out.block[j] = q;

@@ -170,8 +170,9 @@ DType quant_type_that_fits(DType wanted, int64_t row_length) {
     // llama.cpp's tensor_type_fallback: each k-quant to the 32-block type of about its precision.
     const DType smaller = type == DType::Q3_K || type == DType::Q2_K ? DType::Q4_0 : type == DType::Q4_K ? DType::Q5_0
                         : type == DType::Q5_K ? DType::Q5_1 : type == DType::Q6_K ? DType::Q8_0
-                        : type == DType::IQ4_XS || type == DType::IQ3_XXS || type == DType::IQ3_S || type == DType::NF4 ||
-                                  requires_imatrix(type)
+                        : type == DType::IQ4_XS || type == DType::IQ3_XXS || type == DType::IQ3_S || type == DType::IQ2_XXS ||
+                                  type == DType::IQ2_XS || type == DType::IQ2_S || type == DType::IQ1_S ||
+                                  type == DType::IQ1_M || type == DType::NF4
                             ? DType::IQ4_NL
                         : type == DType::TQ1_0 || type == DType::TQ2_0 ? DType::Q4_0 : DType::F16;
     if (smaller != DType::F16) return row_length % 32 == 0 ? smaller : DType::F16;

@@ -69,8 +69,8 @@ struct Grid {
     for (int p = 0; p < 256; ++p) {
       const size_t begin = entry.size();
       for (size_t e = 0; e < N; ++e) {
-        if ((codes[e] & 0xff) != p) continue;
-        const int s = codes[e] >> 8;
+        if ((table[e] & 0xff) != p) continue;
+        const int s = table[e] >> 8;
         if (suffix_index[size_t(s)] < 0) {
           suffix_index[size_t(s)] = int(suffix_pairs.size());
           suffix_pairs.push_back(uint8_t(pairs(s).first * 9 + pairs(s).second));
@@ -142,21 +142,20 @@ Nearest nearest_entry(const Grid& g, const float* t, const float* w) {
   return best;
 }
 
-// What a format stores besides its grid.
-enum class Signs { Parity, Free, None };     // IQ2_XXS/IQ2_XS, IQ2_S, IQ1 (signed grid)
-enum class Delta { None, PerBlock, PerGroup };  // IQ2, IQ1_S, IQ1_M
+// What a format stores besides its grid: IQ2 magnitudes with signs (7 per group and even parity,
+// or 8 free), IQ1 signed values with a delta sign per 32 values or per group of 8.
+enum class Kind { Iq2ParitySigns, Iq2FreeSigns, Iq1DeltaPerBlock, Iq1DeltaPerGroup };
 
 struct Spec {
   const Grid& grid;
-  int block;       // values per scale code: 32 or 16
-  Signs signs;
-  Delta delta;
-  int max_code;    // 15 (IQ2) or 7 (IQ1)
-  bool iq1;
+  int block;     // values per scale code: 32 or 16
+  Kind kind;
+  int max_code;  // 15 (IQ2) or 7 (IQ1)
+  bool iq1() const { return kind == Kind::Iq1DeltaPerBlock || kind == Kind::Iq1DeltaPerGroup; }
   // The step a code stores, computed as the dequantizer computes it.
-  float step(float d, int code) const { return iq1 ? d * float(2 * code + 1) : d * (0.5f + float(code)) * 0.25f; }
+  float step(float d, int code) const { return iq1() ? d * float(2 * code + 1) : d * (0.5f + float(code)) * 0.25f; }
   // d such that the top code's step is `step` (before rounding to F16).
-  float d_for_top(float step) const { return iq1 ? step / float(2 * max_code + 1) : step * 8.0f / float(2 * max_code + 1); }
+  float d_for_top(float step) const { return iq1() ? step / float(2 * max_code + 1) : step * 8.0f / float(2 * max_code + 1); }
 };
 
 // One scale block assigned at one step: per group its entry, the values stored with the sign
@@ -217,7 +216,7 @@ Nearest iq2_parity_group(const Grid& g, const float* x, const float* a, const fl
 Assignment assign(const Spec& s, const float* x, const float* a, const float* w, float inverse) {
   Assignment out;
   const int groups = s.block / kGroup;
-  if (s.iq1) {
+  if (s.iq1()) {
     // Both delta signs per group; per block, the sign with the lower total.
     Nearest by_delta[2][4];
     float total[2] = {0.0f, 0.0f};
@@ -229,13 +228,13 @@ Assignment assign(const Spec& s, const float* x, const float* a, const float* w,
     }
     const bool block_negative = total[1] < total[0];
     for (int k = 0; k < groups; ++k) {
-      const bool neg = s.delta == Delta::PerGroup ? by_delta[1][k].cost < by_delta[0][k].cost : block_negative;
+      const bool neg = s.kind == Kind::Iq1DeltaPerGroup ? by_delta[1][k].cost < by_delta[0][k].cost : block_negative;
       out.entry[k] = by_delta[neg][k].entry;
       out.negative_delta[k] = neg;
     }
   } else {
     for (int k = 0; k < groups; ++k) {
-      const Nearest n = s.signs == Signs::Parity
+      const Nearest n = s.kind == Kind::Iq2ParitySigns
                             ? iq2_parity_group(s.grid, x + kGroup * k, a + kGroup * k, w + kGroup * k, inverse, &out.flipped[k])
                             : iq2_group(s.grid, a + kGroup * k, w + kGroup * k, inverse, 0);
       out.entry[k] = n.entry;
@@ -245,7 +244,7 @@ Assignment assign(const Spec& s, const float* x, const float* a, const float* w,
     for (int i = 0; i < kGroup; ++i) {
       const int v = kGroup * k + i;
       float q, xq;
-      if (s.iq1) {
+      if (s.iq1()) {
         q = s.grid.level(out.entry[k], i) + (out.negative_delta[k] ? -kIQ1Delta : kIQ1Delta);
         xq = x[v] * q;
       } else {
@@ -259,13 +258,13 @@ Assignment assign(const Spec& s, const float* x, const float* a, const float* w,
   return out;
 }
 
-// The block's step (0 for a zero block): step 3 of the header.
-float best_step(const Spec& s, const float* x, const float* a, const float* w) {
+// The block's step (0 for a zero block): step 3 of the header. sum_x2 = sum w x^2 over the block.
+float best_step(const Spec& s, const float* x, const float* a, const float* w, float sum_x2) {
   const float amax = *std::max_element(a, a + s.block);
   if (!(amax > 1e-30f)) return 0.0f;
   // Where the largest magnitude lands, as a fraction of the grid's top value: IQ2's three levels
   // (8, 25, 43) rarely want it far past the top, IQ1's (-1, 0, 1) often do (the rest near 0 or 1).
-  const float low = s.iq1 ? 0.6f : 0.55f, high = s.iq1 ? 2.1f : 1.3f;
+  const float low = s.iq1() ? 0.6f : 0.55f, high = s.iq1() ? 2.1f : 1.3f;
   float best = 0.0f, best_gain = -1.0f;
   auto consider = [&](float inverse) {
     const Assignment q = assign(s, x, a, w, inverse);
@@ -276,16 +275,14 @@ float best_step(const Spec& s, const float* x, const float* a, const float* w) {
       best = q.sum_xq / q.sum_q2;
     }
   };
-  const float top = s.grid.top() + (s.iq1 ? kIQ1Delta : 0.0f);
+  const float top = s.grid.top() + (s.iq1() ? kIQ1Delta : 0.0f);
   for (int c = 0; c < 16; ++c) consider(top * (low + (high - low) * float(c) / 15.0f) / amax);
   if (best > 0.0f) consider(1.0f / best);
-  if (s.iq1 && best > 0.0f) {
+  if (s.iq1() && best > 0.0f) {
     // IQ1 stores the step that keeps the block's weighted norm (sum w (step q)^2 = sum w x^2), not the
     // least-squares one: at 1.5-1.75 bits least squares shrinks every matrix by 3-5%, and on a whole
     // model that cost more than its lower squared error gained (docs/QUANTIZATION.md, IQ1_M on the 1.5B).
     const Assignment q = assign(s, x, a, w, 1.0f / best);
-    float sum_x2 = 0.0f;
-    for (int i = 0; i < s.block; ++i) sum_x2 += w[i] * a[i] * a[i];
     if (q.sum_q2 > 0.0f) return std::sqrt(sum_x2 / q.sum_q2);
   }
   return best;
@@ -307,10 +304,12 @@ SuperBlock quantize_super_block(const Spec& s, const float* x, const float* impo
   }
   for (int i = 0; i < kQK_K; ++i) a[i] = std::fabs(x[i]);
   const int blocks = kQK_K / s.block;
-  float steps[16], max_step = 0.0f;
+  float steps[16], sum_x2[16], max_step = 0.0f;
   for (int j = 0; j < blocks; ++j) {
     const int o = s.block * j;
-    steps[j] = best_step(s, x + o, a + o, w + o);
+    sum_x2[j] = 0.0f;
+    for (int i = 0; i < s.block; ++i) sum_x2[j] += w[o + i] * a[o + i] * a[o + i];
+    steps[j] = best_step(s, x + o, a + o, w + o, sum_x2[j]);
     max_step = std::max(max_step, steps[j]);
   }
   SuperBlock out;
@@ -318,20 +317,18 @@ SuperBlock quantize_super_block(const Spec& s, const float* x, const float* impo
   const float d = fp16_to_float(out.d);
   for (int j = 0; j < blocks; ++j) {
     const int o = s.block * j;
-    float sum_x2 = 0.0f;
-    for (int i = 0; i < s.block; ++i) sum_x2 += w[o + i] * a[o + i] * a[o + i];
     // The code whose step is nearest: step / step(d, 0) = 2 code + 1 for both kinds.
     const float unit = s.step(d, 0);
     const int nearest = unit > 0.0f ? std::clamp(int(std::lround((steps[j] / unit - 1.0f) / 2.0f)), 0, s.max_code) : 0;
     float best_error = kInf;
     // IQ2: the best of three codes by error; IQ1: the code nearest its norm-keeping step (choosing
     // by error would pull it back to the shrinking one).
-    const int first_code = s.iq1 ? nearest : std::max(0, nearest - 1);
-    const int last_code = s.iq1 ? nearest : std::min(s.max_code, nearest + 1);
+    const int first_code = s.iq1() ? nearest : std::max(0, nearest - 1);
+    const int last_code = s.iq1() ? nearest : std::min(s.max_code, nearest + 1);
     for (int code = first_code; code <= last_code; ++code) {
       const float step = s.step(d, code);
       const Assignment q = assign(s, x + o, a + o, w + o, step > 0.0f ? 1.0f / step : 0.0f);
-      const float error = q.error(step, sum_x2);
+      const float error = q.error(step, sum_x2[j]);
       if (code == first_code || error < best_error) {
         best_error = error;
         out.code[j] = code;
@@ -365,11 +362,11 @@ void quantize_rows(const Spec& s, const float* src, void* dst, int64_t n, const 
 const Spec& spec(DType type) {
   static const Grid iq2xxs(kIQ2XXSGridCodes, 8.0f, 25.0f, 43.0f), iq2xs(kIQ2XSGridCodes, 8.0f, 25.0f, 43.0f),
       iq2s(kIQ2SGridCodes, 8.0f, 25.0f, 43.0f), iq1s(kIQ1SGridCodes, -1.0f, 0.0f, 1.0f);
-  static const Spec specs[] = {{iq2xxs, 32, Signs::Parity, Delta::None, 15, false},
-                               {iq2xs, 16, Signs::Parity, Delta::None, 15, false},
-                               {iq2s, 16, Signs::Free, Delta::None, 15, false},
-                               {iq1s, 32, Signs::None, Delta::PerBlock, 7, true},
-                               {iq1s, 16, Signs::None, Delta::PerGroup, 7, true}};
+  static const Spec specs[] = {{iq2xxs, 32, Kind::Iq2ParitySigns, 15},
+                               {iq2xs, 16, Kind::Iq2ParitySigns, 15},
+                               {iq2s, 16, Kind::Iq2FreeSigns, 15},
+                               {iq1s, 32, Kind::Iq1DeltaPerBlock, 7},
+                               {iq1s, 16, Kind::Iq1DeltaPerGroup, 7}};
   switch (type) {
     case DType::IQ2_XXS: return specs[0];
     case DType::IQ2_XS: return specs[1];

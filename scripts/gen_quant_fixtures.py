@@ -4,8 +4,9 @@
 What it does:
   1. Writes synthetic Llama GGUF files (F32, random weights, rows of 256) with gguf-py: a 16-layer
      model with an output.weight and a 10-layer model with tied embeddings.
-  2. Quantizes each with llama.cpp's llama-quantize to Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K and Q2_K,
-     and records every tensor's shape and the type llama.cpp chose -> recipe_types.txt.
+  2. Quantizes each with llama.cpp's llama-quantize to Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K and Q2_K.
+     (Which type llama.cpp chose for each tensor, for all its file types, is recorded by
+     scripts/gen_recipe_fixture.py -> recipe_types.txt.)
   3. Takes 8 blocks of a Q2_K, a Q3_K, a Q4_K, a Q5_K and a Q6_K tensor that llama.cpp wrote and
      records their raw bytes, gguf-py's dequantization of them and the F32 values they were
      quantized from -> q2_k.bin, q3_k.bin, q4_k.bin, q5_k.bin, q6_k.bin (format below).
@@ -136,24 +137,14 @@ def write_block_fixture(path, reader, tensor_name, originals):
 
 def make_fixtures(binary, out_dir):
     os.makedirs(out_dir, exist_ok=True)
-    lines = ["# Tensor types llama-quantize chose for synthetic models (scripts/gen_quant_fixtures.py)",
-             "# model NAME N_LAYER / tensor NAME DIMS (innermost first) / ftype F / type NAME TYPE"]
     with tempfile.TemporaryDirectory() as tmp:
         models = [("llama16", 16, False, 1), ("llama10_tied", 10, True, 2)]
         for model_name, n_layer, tied, seed in models:
             src = os.path.join(tmp, model_name + "-f32.gguf")
             tensors = synthetic_model(src, n_layer, tied, seed)
-            lines.append(f"model {model_name} {n_layer}")
-            for name, t in tensors.items():
-                dims = " ".join(str(d) for d in reversed(t.shape))
-                lines.append(f"tensor {name} {dims}")
             for ftype in FTYPES:
                 dst = os.path.join(tmp, f"{model_name}-{ftype}.gguf")
                 reader = llama_quantize(binary, src, dst, ftype)
-                lines.append(f"ftype {ftype}")
-                for t in reader.tensors:
-                    if len(t.shape) >= 2:
-                        lines.append(f"type {t.name} {t.tensor_type.name}")
                 if model_name == "llama16" and ftype == "Q4_K_M":
                     write_block_fixture(os.path.join(out_dir, "q4_k.bin"), reader,
                                         "blk.1.attn_q.weight", tensors["blk.1.attn_q.weight"])
@@ -174,9 +165,6 @@ def make_fixtures(binary, out_dir):
                     reader = llama_quantize(binary, src, dst, ftype)
                     write_block_fixture(os.path.join(out_dir, ftype.lower() + ".bin"), reader,
                                         "blk.1.attn_q.weight", tensors["blk.1.attn_q.weight"])
-    with open(os.path.join(out_dir, "recipe_types.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print(f"wrote {os.path.join(out_dir, 'recipe_types.txt')}")
 
 
 def padded_stories(src_path, dst_path):

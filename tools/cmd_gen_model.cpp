@@ -21,6 +21,7 @@ namespace {
 struct GenModelCliOptions {
   std::string preset;
   std::string type = "F16";
+  bool pure = false;
   std::string output;
   uint64_t seed = 0;
   int threads = 0;
@@ -71,6 +72,7 @@ void gen_model(const GenModelCliOptions& o) {
   GenModelOptions options;
   options.preset = o.preset;
   options.type = o.type;
+  options.pure = o.pure;
   options.output = o.output;
   options.seed = o.seed;
   options.num_threads = o.threads > 0 ? o.threads : default_thread_count();
@@ -101,6 +103,7 @@ void register_gen_model(CLI::App& app) {
       "gen-model", "write a synthetic model: a real model's shape and vocabulary, random weights");
   cmd->add_option("--preset", options->preset, "model shape (--list shows them)");
   cmd->add_option("--type", options->type, "weight type or mixture, as for `kestrel quantize` (default F16): " + quant_recipe_names());
+  cmd->add_flag("--pure", options->pure, "the type's base for every matrix, without llama.cpp's mixture rules");
   cmd->add_option("-o,--output", options->output, "output GGUF file");
   cmd->add_option("--seed", options->seed, "RNG seed (default 0); the file does not depend on -t")
       ->check(int_range(0, INT64_MAX));

@@ -42,6 +42,7 @@ struct QuantizeOptions {
   bool no_act_order = false;
   bool no_clip = false;
   bool mlp_error = false;
+  bool pure = false;  // --pure: the recipe's base type for every matrix
   double damp = 0.01;
   double alpha = -1.0;  // smoothquant: migration strength; < 0: searched per input group
   std::string output_type, embedding_type;
@@ -237,7 +238,22 @@ std::map<std::string, EncodedTensor> awq_tensors(const QuantizeOptions& o, const
 }
 
 // `auto`: the importance matrix (given, or from --calib), then quantize_auto.
+// llama-quantize refuses to write the lowest-bit types without an importance matrix; so does this,
+// naming the first tensor that would need one.
+void refuse_without_imatrix(const std::string& input, const QuantRecipe& recipe) {
+  const auto file = gguf::GgufFile::open(input);
+  const std::vector<QuantChoice> plan = requantize_plan(*file, recipe);
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const std::string& name = file->tensors()[i].name;
+    if (plan[i].quantized && requires_imatrix(name, plan[i].type, recipe)) {
+      fail("{} needs an importance matrix (--imatrix FILE or --calib TEXT), as llama-quantize requires one for it: "
+           "{} would be {}", recipe.name, name, dtype_name(plan[i].type));
+    }
+  }
+}
+
 void quantize_mixed(const QuantizeOptions& o) {
+  if (o.pure) fail("--pure does not apply to auto, which chooses a type per matrix");
   if (o.calib.empty()) fail("auto needs a calibration text (--calib TEXT): it measures each tensor's KL divergence on it");
   if (!o.method.empty() && o.method != "imatrix") fail("auto quantizes with importance weights; --method {} does not apply", o.method);
   if (!o.output_type.empty() || !o.embedding_type.empty()) {
@@ -262,11 +278,12 @@ void quantize(const QuantizeOptions& o) {
   if (!recipe) fail("unknown quantization type '{}' (choose one of: {})", o.type, quant_recipe_names());
   if (!o.output_type.empty()) recipe->output_type = tensor_type(o.output_type, "--output-tensor-type");
   if (!o.embedding_type.empty()) recipe->embedding_type = tensor_type(o.embedding_type, "--token-embedding-type");
+  if (o.pure) recipe->mix = QuantMix::Pure;
   const std::string method = !o.method.empty() ? o.method : (!o.imatrix.empty() || !o.calib.empty()) ? "imatrix" : "rtn";
-  if ((recipe->mix == QuantMix::Q2_K_S || requires_imatrix(recipe->base)) && method == "rtn") {
-    fail("{} needs an importance matrix (--imatrix FILE or --calib TEXT), as llama-quantize requires one for it",
-         recipe->name);
-  }
+  // imatrix and GPTQ hand requantize_gguf an importance matrix (GPTQ's from its own pass); the
+  // plans made before it (GPTQ's, AWQ's) must choose as it will.
+  recipe->has_imatrix = method == "imatrix" || method == "gptq" || method == "awq-gptq";
+  if (!recipe->has_imatrix) refuse_without_imatrix(o.input, *recipe);
   if (method == "rtn" && (!o.imatrix.empty() || !o.calib.empty())) {
     fail("--method rtn takes neither --imatrix nor --calib");
   }
@@ -314,9 +331,11 @@ void quantize(const QuantizeOptions& o) {
   }
 
   int fallbacks = 0, weighted = 0, calibrated = 0;
+  std::map<DType, int> stored;                 // tensors per type written (the mixture, as llama-quantize lists it)
   std::map<DType, int> no_weighted_quantizer;  // unweighted because the type cannot weigh error
   std::string no_entry;                        // unweighted because the imatrix has no entry
   requantize_gguf(input, o.output, *recipe, [&](const RequantizeNote& note) {
+    ++stored[note.to];
     if (note.fallback) {
       ++fallbacks;
       fmt::print(stderr, "{}: rows of this tensor do not divide into {} blocks; stored as {}\n",
@@ -346,8 +365,11 @@ void quantize(const QuantizeOptions& o) {
     fmt::print(stderr, "{}: {} tensors written from {}\n", method, calibrated,
                method == "awq" ? "AWQ" : method == "smoothquant" ? "SmoothQuant" : "GPTQ");
   }
-  fmt::print(stderr, "wrote {} ({}, {}; {} tensors fell back to a higher-precision type)\n", o.output,
-             recipe->name, method, fallbacks);
+  std::string census;
+  for (const auto& [type, count] : stored) census += fmt::format("{}{} {}", census.empty() ? "" : ", ", count, dtype_name(type));
+  fmt::print(stderr, "wrote {} ({}{}, {}; {} tensors fell back to a higher-precision type): {}\n", o.output,
+             recipe->name, o.pure ? " --pure" : "",
+             method, fallbacks, census);
 }
 
 }  // namespace
@@ -358,16 +380,19 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("input", options->input, "input GGUF")->required();
   cmd->add_option("output", options->output, "output GGUF")->required();
   cmd->add_option("type", options->type,
-                  "one type for every matrix (F32, F16, BF16, Q8_0, Q4_0, Q2_K_PURE, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, "
-                  "IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M (these five need --imatrix or --calib), "
-                  "TQ1_0, TQ2_0, MXFP4, INT8_PC, "
+                  "a llama-quantize file type, with its per-tensor mixture (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q2_K_S, "
+                  "Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_XS, IQ3_S, "
+                  "IQ3_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M, IQ1_S, IQ1_M, TQ1_0, TQ2_0, MXFP4_MOE; IQ3_XXS and the IQ2/IQ1 "
+                  "types need --imatrix or --calib; --pure: the base type everywhere) or one type for every matrix "
+                  "(F32, F16, BF16, Q2_K_PURE, Q3_K, Q4_K, Q5_K, MXFP4, INT8_PC, "
                   "INT4_SYM_G32/G64/G128, INT4_ASYM_G32/G64/G128, INT4_ZP_G32/G64/G128 (GPTQ's zero-point grid), "
                   "INT3_ASYM_G64/G128, INT2_ASYM_G64/G128, NF4, W8A8, "
                   "FP8_E4M3_PC) or auto (a type per matrix under --target-bpw/--target-size, from measured "
-                  "sensitivities; needs --calib) or a llama.cpp "
-                  "mixture (Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M). Note: llama-quantize's Q4_K "
-                  "means Q4_K_M; here Q4_K is Q4_K for every matrix (Q2_K, as in llama-quantize, is the mixture)")
+                  "sensitivities; needs --calib). Note: llama-quantize's Q3_K/Q4_K/Q5_K "
+                  "mean Q3_K_M/Q4_K_M/Q5_K_M; here they are the one type for every matrix")
       ->required();
+  cmd->add_flag("--pure", options->pure,
+                "the type's base for every matrix, without llama.cpp's mixture rules (as llama-quantize --pure)");
   cmd->add_option("-t,--threads", options->threads, "threads (default: the available CPUs)")
       ->check(int_range(1, 1024));
   cmd->add_option("--output-tensor-type", options->output_type, "type of output.weight (as llama-quantize)");

@@ -304,8 +304,9 @@ GenModelStats generate_model(const GenModelOptions& o,
     fail("unknown preset '{}' (choose one of: {})", o.preset, names);
   }
   const ModelPreset& p = *preset;
-  const std::optional<QuantRecipe> recipe = find_quant_recipe(o.type);
+  std::optional<QuantRecipe> recipe = find_quant_recipe(o.type);
   if (!recipe) fail("unknown type '{}' (choose one of: {})", o.type, quant_recipe_names());
+  if (o.pure) recipe->mix = QuantMix::Pure;
   gguf::GgufWriter writer;
   set_model_metadata(writer, p, *recipe, o.seed);
   const std::string& vocab_file = p.vocab == PresetVocab::Llama3   ? o.llama3_tiktoken
@@ -324,7 +325,9 @@ GenModelStats generate_model(const GenModelOptions& o,
   // factors stay F32).
   std::vector<QuantTensorInfo> infos;
   for (const TensorPlan& t : plan) infos.push_back({t.name, t.dims, DType::F32});
-  const std::vector<QuantChoice> choices = plan_quantization(*recipe, infos, p.n_layer, p.n_head / std::max<int64_t>(1, p.n_head_kv));
+  const std::vector<QuantChoice> choices = plan_quantization(*recipe, infos,
+                                                               {std::string(p.architecture()), p.n_layer, p.n_head,
+                                                                p.n_head_kv, p.n_expert});
   for (size_t index = 0; index < plan.size(); ++index) {
     const TensorPlan& t = plan[index];
     const DType type = choices[index].type;

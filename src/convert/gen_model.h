@@ -89,6 +89,7 @@ struct GenModelOptions {
   std::string preset;
   std::string type = "F16";      // a `kestrel quantize` type or mixture (F16, Q8_0, Q4_K_M, ...):
                                  // each tensor gets the type that quantize would give it
+  bool pure = false;             // as quantize --pure: the type's base for every matrix
   std::string output;
   uint64_t seed = 0;
   int num_threads = 2;

@@ -15,29 +15,6 @@
 namespace kestrel {
 namespace {
 
-// The model's layer count ({arch}.block_count; llama.cpp's n_layer), or, without it, one more
-// than the highest "blk.N." in the tensor names.
-int64_t layer_count(const gguf::GgufFile& file) {
-  if (const auto arch = file.get_string("general.architecture")) {
-    if (const auto count = file.get_uint(*arch + ".block_count")) return int64_t(*count);
-  }
-  int64_t layers = 0;
-  for (const gguf::TensorInfo& t : file.tensors()) {
-    int layer = -1;
-    if (std::sscanf(t.name.c_str(), "blk.%d.", &layer) == 1) layers = std::max<int64_t>(layers, layer + 1);
-  }
-  return layers;
-}
-
-// Query heads per KV head ({arch}.attention.head_count / head_count_kv), 1 when either is absent.
-int64_t gqa_ratio(const gguf::GgufFile& file) {
-  const auto arch = file.get_string("general.architecture");
-  if (!arch) return 1;
-  const auto heads = file.get_uint(*arch + ".attention.head_count");
-  const auto kv_heads = file.get_uint(*arch + ".attention.head_count_kv");
-  return heads && kv_heads && *kv_heads > 0 ? int64_t(*heads / *kv_heads) : 1;
-}
-
 // importance: null, or the entry whose column means weight each matrix's rows (one matrix per
 // slice of rows for a 3-D MoE tensor).
 std::vector<uint8_t> reencode(ThreadPool& pool, const gguf::TensorInfo& t, const quant::WeightFormat& from,
@@ -66,6 +43,26 @@ std::vector<uint8_t> reencode(ThreadPool& pool, const gguf::TensorInfo& t, const
 
 }  // namespace
 
+// What the mixtures' rules read: {arch}.block_count (or, without it, one more than the highest
+// "blk.N." in the tensor names), the head counts (1 when absent) and {arch}.expert_count.
+QuantModelInfo quant_model_info(const gguf::GgufFile& file) {
+  QuantModelInfo m;
+  m.arch = file.get_string("general.architecture").value_or("");
+  const auto get = [&](const char* key) { return file.get_uint(m.arch + key); };
+  if (const auto count = get(".block_count")) {
+    m.n_layer = int64_t(*count);
+  } else {
+    for (const gguf::TensorInfo& t : file.tensors()) {
+      int layer = -1;
+      if (std::sscanf(t.name.c_str(), "blk.%d.", &layer) == 1) m.n_layer = std::max<int64_t>(m.n_layer, layer + 1);
+    }
+  }
+  const auto heads = get(".attention.head_count"), kv_heads = get(".attention.head_count_kv");
+  if (heads && kv_heads && *kv_heads > 0) m.n_head = int64_t(*heads), m.n_head_kv = int64_t(*kv_heads);
+  m.n_expert = int64_t(get(".expert_count").value_or(0));
+  return m;
+}
+
 DType requantize_type_for(DType target, int64_t row_length, size_t num_dims) {
   if (num_dims < 2) return DType::F32;
   quant::require_format(target);
@@ -80,7 +77,7 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
 std::vector<QuantChoice> requantize_plan(const gguf::GgufFile& input, const QuantRecipe& recipe) {
   std::vector<QuantTensorInfo> infos;
   for (const gguf::TensorInfo& t : input.tensors()) infos.push_back({t.name, t.dims, t.type});
-  return plan_quantization(recipe, infos, layer_count(input), gqa_ratio(input));
+  return plan_quantization(recipe, infos, quant_model_info(input));
 }
 
 void requantize_gguf(const std::string& input_path, const std::string& output_path,
@@ -94,7 +91,10 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
     fitted = fit_imatrix(*imatrix, *input, "imatrix");
     imatrix = &fitted;
   }
-  const std::vector<QuantChoice> plan = requantize_plan(*input, recipe);
+  // llama.cpp's has_imatrix: whether one is given decides some mixtures' choices.
+  QuantRecipe planned = recipe;
+  planned.has_imatrix = imatrix != nullptr;
+  const std::vector<QuantChoice> plan = requantize_plan(*input, planned);
   auto encoded_as = [&](const std::string& name) -> const EncodedTensor* {
     if (encoded == nullptr) return nullptr;
     const auto it = encoded->find(name);
@@ -110,6 +110,13 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
            input_path, t.name, dtype_name(t.type), dtype_name(plan[i].type));
     }
     if (encoded_as(t.name) == nullptr) quant::require_format(plan[i].type);
+    // As llama-quantize: given an importance matrix, a tensor of a type that needs one must have
+    // its entry (a partial imatrix would otherwise leave it to an unweighted 1.5-3 bit search).
+    if (imatrix != nullptr && encoded_as(t.name) == nullptr && requires_imatrix(t.name, plan[i].type, planned) &&
+        !imatrix->entries.contains(t.name)) {
+      fail("the importance matrix has no entry for '{}', which is to be {} (a type that needs one)", t.name,
+           dtype_name(plan[i].type));
+    }
     const EncodedTensor* pre = encoded_as(t.name);
     if (pre != nullptr && (pre->type != plan[i].type ||
                            int64_t(pre->bytes.size()) != t.num_elements / t.dims[0] *

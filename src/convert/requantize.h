@@ -36,10 +36,14 @@ struct EncodedTensor {
   std::string method;
 };
 
+// What a recipe's mixture rules read from the input's metadata.
+QuantModelInfo quant_model_info(const gguf::GgufFile& input);
+
 // Which type each tensor of the input gets under `recipe` (the order of the file's tensors).
 std::vector<QuantChoice> requantize_plan(const gguf::GgufFile& input, const QuantRecipe& recipe);
 
-// num_threads <= 0: one per available CPU (core/cpu_info.h). With an importance matrix (checked against the input
+// num_threads <= 0: one per available CPU (core/cpu_info.h). The plan is made with has_imatrix set
+// to whether `imatrix` is given. With an importance matrix (checked against the input
 // first), every tensor it has an entry for whose new type has a weighted quantizer is quantized
 // minimising the error weighted by its columns' importance (llama-quantize --imatrix); the others
 // as without it (the note says which). A tensor in `encoded` is written as given; its type must

@@ -14,16 +14,19 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "convert/hf_convert.h"
+#include "convert/imatrix_file.h"
 #include "convert/requantize.h"
 #include "core/error.h"
 #include "engine/awq_calibration.h"
 #include "engine/gptq_calibration.h"
 #include "engine/perplexity.h"
 #include "loader/gguf_reader.h"
+#include "loader/gguf_writer.h"
 #include "model/model.h"
 #include "test_paths.h"
 #include "tinystories_divergence.h"
@@ -329,6 +332,122 @@ CommandResult run_kestrel(const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, test::read_file(err_path)};
 }
 
+// A Llama-shaped F32 GGUF with rows of 256 (2 layers, n_gqa 1), enough for `kestrel quantize`'s
+// plans: stories260K's rows of 64 make every 256-block type fall back.
+std::string write_wide_model(const std::string& dir) {
+  gguf::GgufWriter writer;
+  writer.set_string("general.architecture", "llama");
+  writer.set_u32("llama.block_count", 2);
+  writer.set_u32("llama.attention.head_count", 4);
+  writer.set_u32("llama.attention.head_count_kv", 4);
+  std::vector<std::pair<std::string, std::vector<int64_t>>> tensors = {
+      {"token_embd.weight", {256, 64}}, {"output_norm.weight", {256}}, {"output.weight", {256, 64}}};
+  for (int il = 0; il < 2; ++il) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    tensors.push_back({b + "attn_norm.weight", {256}});
+    tensors.push_back({b + "ffn_norm.weight", {256}});
+    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
+      tensors.push_back({b + m + ".weight", {256, 32}});
+    }
+  }
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (const auto& [name, dims] : tensors) {
+    const int64_t n = dims.size() == 1 ? dims[0] : dims[0] * dims[1];
+    std::vector<uint8_t> bytes(size_t(n) * 4);
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = normal(rng);
+      std::memcpy(bytes.data() + i * 4, &v, 4);
+    }
+    writer.add_tensor(name, DType::F32, dims, std::move(bytes));
+  }
+  const std::string path = dir + "/wide-f32.gguf";
+  writer.write(path);
+  return path;
+}
+
+// llama-quantize's file types are its mixtures (which tensor gets which type: requantize_test
+// against llama-quantize itself); --pure gives the base type everywhere; the lowest-bit types are
+// refused without an importance matrix, naming the tensor, where llama-quantize refuses them.
+TEST(QuantizeCli, MixturesPureAndTheImatrixRequirement) {
+  const std::string dir = test::scratch_dir("quantize_cli_mix");
+  const std::string model = write_wide_model(dir);
+  const std::string out = dir + "/out.gguf";
+  auto types_of = [&](const std::string& args) {
+    const CommandResult r = run_kestrel("quantize " + model + " " + out + " " + args + " -t 2");
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+    std::map<std::string, DType> types;
+    const auto file = gguf::GgufFile::open(out);
+    for (const gguf::TensorInfo& t : file->tensors()) types[t.name] = t.type;
+    return types;
+  };
+  // Q3_K_M: attn_v Q5_K for the first two, attn_output Q4_K, ffn_down Q4_K (2 layers: n/16 = 0),
+  // the output head Q6_K.
+  auto mix = types_of("Q3_K_M");
+  EXPECT_EQ(mix["blk.0.attn_v.weight"], DType::Q5_K);
+  EXPECT_EQ(mix["blk.1.attn_v.weight"], DType::Q5_K);
+  EXPECT_EQ(mix["blk.1.attn_output.weight"], DType::Q4_K);
+  EXPECT_EQ(mix["blk.1.ffn_down.weight"], DType::Q4_K);
+  EXPECT_EQ(mix["blk.1.attn_q.weight"], DType::Q3_K);
+  EXPECT_EQ(mix["output.weight"], DType::Q6_K);
+  EXPECT_EQ(mix["blk.0.attn_norm.weight"], DType::F32);
+  for (const auto& [name, type] : types_of("Q3_K_M --pure")) {
+    EXPECT_EQ(type, name.ends_with("norm.weight") ? DType::F32 : DType::Q3_K) << name;
+  }
+  // Q4_0 without an imatrix: all Q4_0 but the head (Q6_K); the tool lists what it wrote.
+  EXPECT_EQ(types_of("Q4_0")["output.weight"], DType::Q6_K);
+  const CommandResult listed = run_kestrel("quantize " + model + " " + out + " Q4_0 --pure -t 2");
+  EXPECT_NE(listed.err.find("(Q4_0 --pure, rtn; 0 tensors fell back to a higher-precision type): 5 F32, 16 Q4_0"),
+            std::string::npos) << listed.err;
+
+  struct Case {
+    std::string args, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"Q2_K_S", "Q2_K_S needs an importance matrix (--imatrix FILE or --calib TEXT), as llama-quantize requires "
+                      "one for it: blk.0.attn_q.weight would be Q2_K"},
+           {"Q2_K_S --pure", "blk.0.attn_q.weight would be Q2_K"},
+           {"IQ2_XXS", "IQ2_XXS needs an importance matrix"},
+           {"IQ1_M --method rtn", "IQ1_M needs an importance matrix"},
+           {"IQ3_XXS", "blk.0.attn_q.weight would be IQ2_S"},  // IQ3_XXS gives attn_q/attn_k IQ2_S
+           {"IQ2_M --pure", "blk.0.attn_q.weight would be IQ2_S"},
+           {"IQ2_S --method awq --calib " + kStories, "IQ2_S needs an importance matrix"},
+           {"auto --pure", "--pure does not apply to auto"},
+       }) {
+    const CommandResult r = run_kestrel("quantize " + model + " " + out + " " + c.args);
+    EXPECT_EQ(r.exit_code, 1) << c.args;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
+  }
+  // An importance matrix without an entry for a tensor that needs one: refused, naming it.
+  ImportanceMatrix partial;
+  partial.chunk_count = 1, partial.chunk_size = 64;
+  for (int il = 0; il < 2; ++il) {
+    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
+      const std::string name = "blk." + std::to_string(il) + "." + m + ".weight";
+      if (name != "blk.1.ffn_up.weight") partial.entries[name] = {std::vector<double>(256, 64.0), {64}};
+    }
+  }
+  save_imatrix(partial, dir + "/partial.imatrix.gguf");
+  const CommandResult missing = run_kestrel("quantize " + model + " " + out + " IQ2_XXS --imatrix " + dir +
+                                            "/partial.imatrix.gguf -t 2");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("the importance matrix has no entry for 'blk.1.ffn_up.weight', which is to be IQ2_XXS"),
+            std::string::npos) << missing.err;
+  // With every entry the IQ2_XXS mixture is written: attn_v Q2_K (n_gqa 1), the first ffn_down
+  // (2 layers: n/8 = 0, none), attn_output IQ2_XXS, token_embd Q2_K, the head Q5_K.
+  partial.entries["blk.1.ffn_up.weight"] = {std::vector<double>(256, 64.0), {64}};
+  save_imatrix(partial, dir + "/full.imatrix.gguf");
+  auto iq2 = types_of("IQ2_XXS --imatrix " + dir + "/full.imatrix.gguf");
+  EXPECT_EQ(iq2["blk.0.attn_v.weight"], DType::Q2_K);
+  EXPECT_EQ(iq2["blk.1.ffn_down.weight"], DType::IQ2_XXS);
+  EXPECT_EQ(iq2["token_embd.weight"], DType::Q2_K);
+  EXPECT_EQ(iq2["output.weight"], DType::Q5_K);
+  // Q2_K needs none (only a Q2_K_S file's Q2_K tensors do); stories260K's rows of 64 make IQ2_XXS
+  // fall back to IQ4_NL everywhere, which needs none either (as in llama-quantize).
+  EXPECT_EQ(run_kestrel("quantize " + model + " " + out + " Q2_K -t 2").exit_code, 0);
+  EXPECT_EQ(run_kestrel("quantize " + kStories + " " + out + " IQ2_XXS -t 2").exit_code, 0);
+}
+
 TEST(GptqCli, OptionErrorsAreClear) {
   const std::string out = test::scratch_dir("gptq_cli_out") + "/out.gguf";
   const std::string text = test::shared_model_path("text/tinystories_val.txt");
@@ -347,9 +466,6 @@ TEST(GptqCli, OptionErrorsAreClear) {
            {"INT4_ASYM_G32 --no-clip", "--no-clip is an AWQ option (--method awq)"},
            {"W8A8 --method smoothquant", "--method smoothquant needs a calibration text (--calib TEXT)"},
            {"W8A8 --alpha 0.7", "--alpha is a SmoothQuant option (--method smoothquant)"},
-           {"Q2_K_S", "Q2_K_S needs an importance matrix (--imatrix FILE or --calib TEXT)"},
-           {"IQ2_XXS", "IQ2_XXS needs an importance matrix (--imatrix FILE or --calib TEXT)"},
-           {"IQ1_M --method rtn", "IQ1_M needs an importance matrix (--imatrix FILE or --calib TEXT)"},
            {"INT4_ASYM_G32 --output-tensor-type Q9_9", "--output-tensor-type Q9_9: not a type Kestrel can write"},
        }) {
     const CommandResult r = run_kestrel("quantize " + kStories + " " + out + " " + c.args);

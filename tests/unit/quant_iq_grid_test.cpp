@@ -452,23 +452,25 @@ TEST(IQGridQuantizer, ZeroRowsStayZeroAndRecipesNeedAnImatrix) {
     const WeightFormat& f = quant::require_format(c.type);
     const std::vector<float> zeros(512, 0.0f);
     for (float v : dequantize(f, quantize(f, zeros, nullptr).data(), 512)) ASSERT_EQ(v, 0.0f) << c.file;
-    // `kestrel quantize ... IQ2_XXS` writes the type for every matrix, with llama.cpp's file type
-    // for the pure file; like llama-quantize it needs an importance matrix; rows that are not a
-    // multiple of 256 fall back to IQ4_NL.
-    const auto recipe = find_quant_recipe(std::string(dtype_name(c.type)));
-    ASSERT_TRUE(recipe.has_value()) << c.file;
-    EXPECT_EQ(recipe->base, c.type);
-    EXPECT_TRUE(requires_imatrix(c.type));
+    // Like llama-quantize, `kestrel quantize` needs an importance matrix for these types; rows
+    // that are not a multiple of 256 fall back to IQ4_NL. (Which tensors take them under each file
+    // type: requantize_test's comparison with llama-quantize.)
+    EXPECT_TRUE(requires_imatrix("blk.0.attn_q.weight", c.type, pure_quant_recipe(c.type)));
+    EXPECT_FALSE(requires_imatrix("token_embd.weight", c.type, pure_quant_recipe(c.type)));
+    EXPECT_EQ(pure_quant_recipe(c.type).base, c.type);
     EXPECT_EQ(quant_type_that_fits(c.type, 896), DType::IQ4_NL);
     EXPECT_EQ(quant_type_that_fits(c.type, 1024), c.type);
   }
   // LLAMA_FTYPE_MOSTLY_*: llama-quantize --pure writes 19, 20, 29 (IQ2_M: GGML IQ2_S), 24, 31.
-  EXPECT_EQ(find_quant_recipe("IQ2_XXS")->file_type, 19u);
-  EXPECT_EQ(find_quant_recipe("IQ2_XS")->file_type, 20u);
-  EXPECT_EQ(find_quant_recipe("IQ2_S")->file_type, 29u);
-  EXPECT_EQ(find_quant_recipe("IQ1_S")->file_type, 24u);
-  EXPECT_EQ(find_quant_recipe("IQ1_M")->file_type, 31u);
-  EXPECT_FALSE(requires_imatrix(DType::IQ3_XXS));
+  EXPECT_EQ(pure_quant_recipe(DType::IQ2_XXS).file_type, 19u);
+  EXPECT_EQ(pure_quant_recipe(DType::IQ2_XS).file_type, 20u);
+  EXPECT_EQ(pure_quant_recipe(DType::IQ2_S).file_type, 29u);
+  EXPECT_EQ(pure_quant_recipe(DType::IQ1_S).file_type, 24u);
+  EXPECT_EQ(pure_quant_recipe(DType::IQ1_M).file_type, 31u);
+  // llama.cpp 0.3.36 requires one for IQ3_XXS too, and for Q2_K only in a Q2_K_S file.
+  EXPECT_TRUE(requires_imatrix("blk.0.attn_q.weight", DType::IQ3_XXS, *find_quant_recipe("IQ3_XXS")));
+  EXPECT_FALSE(requires_imatrix("blk.0.attn_q.weight", DType::Q2_K, *find_quant_recipe("Q2_K")));
+  EXPECT_TRUE(requires_imatrix("blk.0.attn_q.weight", DType::Q2_K, *find_quant_recipe("Q2_K_S")));
 }
 
 }  // namespace

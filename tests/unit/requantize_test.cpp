@@ -1,7 +1,8 @@
 // `kestrel quantize` recipes and the re-encoding of GGUF files:
-//  - the per-tensor types of Q4_K_S/M, Q5_K_S/M and Q6_K equal what llama.cpp's llama-quantize
-//    chose for two synthetic models (tests/data/quant/recipe_types.txt), and follow the documented
-//    use_more_bits rule for other layer counts;
+//  - the per-tensor types of all 30 llama-quantize file types Kestrel writes equal what
+//    llama-quantize --dry-run chose for 7 synthetic models, with and without an imatrix
+//    (tests/data/quant/recipe_types.txt), and follow the documented use_more_bits rule for other
+//    layer counts;
 //  - fallbacks for rows that do not divide into blocks; metadata; determinism across thread
 //    counts; Kestrel's own types end to end; error cases.
 #include <gtest/gtest.h>
@@ -12,7 +13,9 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,36 +34,48 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Against llama-quantize
 
-struct FixtureModel {
-  std::string name;
-  int64_t n_layer = 0;
-  std::vector<QuantTensorInfo> tensors;
-  std::map<std::string, std::map<std::string, std::string>> types;  // ftype -> tensor -> type
+struct FixturePlan {
+  std::string ftype;
+  bool imatrix;
+  std::vector<std::string> types;  // one per tensor of 2+ dimensions, in file order
 };
 
+struct FixtureModel {
+  std::string name;
+  QuantModelInfo info;
+  std::vector<QuantTensorInfo> tensors;
+  std::vector<FixturePlan> plans;
+};
+
+// tests/data/quant/recipe_types.txt (scripts/gen_recipe_fixture.py): llama-quantize --dry-run's
+// choices; a run of one type is written TYPE*COUNT.
 std::vector<FixtureModel> load_recipe_fixture() {
   std::ifstream in(test::test_data_path("quant/recipe_types.txt"));
   EXPECT_TRUE(in.good());
   std::vector<FixtureModel> models;
-  std::string line, ftype;
+  std::string line;
   while (std::getline(in, line)) {
     std::istringstream words(line);
     std::string kind;
     words >> kind;
     if (kind == "model") {
-      models.emplace_back();
-      words >> models.back().name >> models.back().n_layer;
+      FixtureModel& m = models.emplace_back();
+      words >> m.name >> m.info.arch >> m.info.n_layer >> m.info.n_head >> m.info.n_head_kv >> m.info.n_expert;
     } else if (kind == "tensor") {
       QuantTensorInfo t{"", {}, DType::F32};
       words >> t.name;
       for (int64_t d; words >> d;) t.dims.push_back(d);
       models.back().tensors.push_back(t);
-    } else if (kind == "ftype") {
-      words >> ftype;
-    } else if (kind == "type") {
-      std::string name, type;
-      words >> name >> type;
-      models.back().types[ftype][name] = type;
+    } else if (kind == "plan") {
+      FixturePlan& p = models.back().plans.emplace_back();
+      std::string with;
+      words >> p.ftype >> with;
+      p.imatrix = with == "imatrix";
+      for (std::string item; words >> item;) {
+        const size_t star = item.find('*');
+        const int count = star == std::string::npos ? 1 : std::stoi(item.substr(star + 1));
+        p.types.insert(p.types.end(), size_t(count), item.substr(0, star));
+      }
     }
   }
   return models;
@@ -68,28 +83,35 @@ std::vector<FixtureModel> load_recipe_fixture() {
 
 TEST(QuantRecipe, MixturesChooseWhatLlamaQuantizeChose) {
   const std::vector<FixtureModel> models = load_recipe_fixture();
-  ASSERT_EQ(models.size(), 2u);
-  int compared = 0;
+  ASSERT_EQ(models.size(), 7u);
+  int compared = 0, plans = 0;
+  std::set<std::string> ftypes;
   for (const FixtureModel& m : models) {
-    ASSERT_EQ(m.types.size(), 9u) << m.name;  // Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K, Q2_K
-    for (const auto& [ftype, expected] : m.types) {
-      const auto recipe = find_quant_recipe(ftype);
-      ASSERT_TRUE(recipe) << ftype;
-      const std::vector<QuantChoice> plan = plan_quantization(*recipe, m.tensors, m.n_layer);
+    for (const FixturePlan& p : m.plans) {
+      std::optional<QuantRecipe> recipe = find_quant_recipe(p.ftype);
+      ASSERT_TRUE(recipe) << p.ftype;
+      recipe->has_imatrix = p.imatrix;
+      const std::vector<QuantChoice> plan = plan_quantization(*recipe, m.tensors, m.info);
+      size_t k = 0;
       for (size_t i = 0; i < m.tensors.size(); ++i) {
         const QuantTensorInfo& t = m.tensors[i];
         if (t.dims.size() < 2) {
           EXPECT_EQ(plan[i].type, DType::F32) << t.name;
           continue;
         }
-        ASSERT_EQ(expected.count(t.name), 1u) << t.name;
-        EXPECT_EQ(dtype_name(plan[i].type), expected.at(t.name))
-            << m.name << " " << ftype << " " << t.name;
+        ASSERT_LT(k, p.types.size()) << m.name << " " << p.ftype;
+        EXPECT_EQ(dtype_name(plan[i].type), p.types[k++])
+            << m.name << " " << p.ftype << (p.imatrix ? " imatrix " : " ") << t.name;
         ++compared;
       }
+      EXPECT_EQ(k, p.types.size()) << m.name << " " << p.ftype;
+      ++plans;
+      ftypes.insert(p.ftype);
     }
   }
-  EXPECT_EQ(compared, 9 * (16 * 7 + 2) + 9 * (10 * 7 + 1));
+  EXPECT_EQ(ftypes.size(), 30u);
+  EXPECT_EQ(plans, 2 * (6 * 30 + 9));
+  std::printf("  %d tensor types in %d plans equal llama-quantize's\n", compared, plans);
 }
 
 // A Llama-shaped tensor list: n layers of 7 matrices and 2 norms, embeddings, optional output.
@@ -119,7 +141,7 @@ TEST(QuantRecipe, FollowsTheUseMoreBitsRuleForAnyLayerCount) {
       const std::vector<QuantTensorInfo> tensors = llama_tensors(n, tied, 512, 1024);
       for (const char* name : {"Q4_K_M", "Q5_K_M", "Q4_K_S", "Q5_K_S"}) {
         const QuantRecipe recipe = *find_quant_recipe(name);
-        const std::vector<QuantChoice> plan = plan_quantization(recipe, tensors, n);
+        const std::vector<QuantChoice> plan = plan_quantization(recipe, tensors, {.arch = "llama", .n_layer = n});
         for (size_t k = 0; k < tensors.size(); ++k) {
           const std::string& t = tensors[k].name;
           DType expected = tensors[k].dims.size() < 2 ? DType::F32 : recipe.base;
@@ -151,7 +173,8 @@ TEST(QuantRecipe, Q2KMixturesFollowTheGqaRule) {
       const std::vector<QuantTensorInfo> tensors = llama_tensors(n, false, 512, 1024);
       const QuantRecipe recipe = *find_quant_recipe(name);
       const bool s_mix = recipe.mix == QuantMix::Q2_K_S;
-      const std::vector<QuantChoice> plan = plan_quantization(recipe, tensors, n, n_gqa);
+      const std::vector<QuantChoice> plan =
+          plan_quantization(recipe, tensors, {.arch = "llama", .n_layer = n, .n_head = n_gqa, .n_head_kv = 1});
       for (size_t k = 0; k < tensors.size(); ++k) {
         const std::string& t = tensors[k].name;
         if (tensors[k].dims.size() < 2) continue;
@@ -209,13 +232,13 @@ TEST(QuantRecipe, FallbacksForRowsThatDoNotFit) {
   EXPECT_EQ(requantize_type_for(DType::Q4_K, 96, 2), DType::Q5_0);
   EXPECT_EQ(requantize_type_for(DType::Q4_K, 96, 1), DType::F32);
   // A mixture's output.weight with rows not a multiple of 256 takes Q8_0 (then F16 if not 32).
-  const auto plan = plan_quantization(*find_quant_recipe("Q4_K_M"), llama_tensors(4, false, 96, 96), 4);
+  const auto plan = plan_quantization(*find_quant_recipe("Q4_K_M"), llama_tensors(4, false, 96, 96), {.arch = "llama", .n_layer = 4});
   EXPECT_EQ(plan[2].wanted, DType::Q8_0);
   EXPECT_FALSE(plan[2].fallback()) << "llama.cpp picks Q8_0 for this output; not a fallback";
   EXPECT_EQ(plan[0].type, DType::Q5_0) << "token_embd: Q4_K does not fit 96";
   EXPECT_TRUE(plan[0].fallback());
   // llama.cpp's fallback for Q3_K is Q4_0.
-  const auto q3 = plan_quantization(*find_quant_recipe("Q3_K_S"), llama_tensors(4, false, 96, 96), 4);
+  const auto q3 = plan_quantization(*find_quant_recipe("Q3_K_S"), llama_tensors(4, false, 96, 96), {.arch = "llama", .n_layer = 4});
   EXPECT_EQ(q3[0].type, DType::Q4_0);
   EXPECT_TRUE(q3[0].fallback());
 }
@@ -233,7 +256,21 @@ TEST(QuantRecipe, NamesAndFileTypes) {
   EXPECT_EQ(find_quant_recipe("Q3_K_L")->file_type, 13u);
   EXPECT_EQ(find_quant_recipe("iq4_nl")->file_type, 25u);  // LLAMA_FTYPE_MOSTLY_IQ4_NL
   EXPECT_EQ(find_quant_recipe("IQ4_XS")->file_type, 30u);  // LLAMA_FTYPE_MOSTLY_IQ4_XS
-  EXPECT_EQ(find_quant_recipe("IQ4_XS")->mix, QuantMix::Pure);
+  EXPECT_EQ(find_quant_recipe("IQ4_XS")->mix, QuantMix::IQ4_XS);
+  // llama-quantize's names: IQ2_S is IQ2_XS-based (28), IQ2_M GGML's IQ2_S (29); IQ3_XS/IQ3_M IQ3_S.
+  EXPECT_EQ(find_quant_recipe("IQ2_S")->base, DType::IQ2_XS);
+  EXPECT_EQ(find_quant_recipe("IQ2_S")->file_type, 28u);
+  EXPECT_EQ(find_quant_recipe("IQ2_M")->base, DType::IQ2_S);
+  EXPECT_EQ(find_quant_recipe("IQ2_M")->file_type, 29u);
+  EXPECT_EQ(find_quant_recipe("IQ3_XS")->base, DType::IQ3_S);
+  EXPECT_EQ(find_quant_recipe("IQ3_M")->file_type, 27u);
+  EXPECT_EQ(find_quant_recipe("MXFP4_MOE")->mix, QuantMix::MXFP4_MOE);
+  // The pure recipe of a type keeps the file type of its first name.
+  EXPECT_EQ(pure_quant_recipe(DType::IQ2_S).file_type, 29u);
+  EXPECT_EQ(pure_quant_recipe(DType::IQ2_XS).file_type, 20u);
+  EXPECT_EQ(pure_quant_recipe(DType::IQ3_S).file_type, 26u);
+  EXPECT_EQ(pure_quant_recipe(DType::Q4_0).mix, QuantMix::Pure);
+  EXPECT_EQ(pure_quant_recipe(DType::Q2_K).name, "Q2_K_PURE");
   EXPECT_EQ(find_quant_recipe("tq1_0")->file_type, 36u);  // LLAMA_FTYPE_MOSTLY_TQ1_0
   EXPECT_EQ(find_quant_recipe("TQ2_0")->file_type, 37u);  // LLAMA_FTYPE_MOSTLY_TQ2_0
   EXPECT_EQ(find_quant_recipe("MXFP4")->file_type, 38u);  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
@@ -328,7 +365,7 @@ TEST(Requantize, Q4KMFileHasTheRecipeTypesMetadataAndAccurateValues) {
   const auto out = gguf::GgufFile::open(dir + "/q4km.gguf");
   std::vector<QuantTensorInfo> infos;
   for (const auto& t : in->tensors()) infos.push_back({t.name, t.dims, t.type});
-  const std::vector<QuantChoice> plan = plan_quantization(*find_quant_recipe("Q4_K_M"), infos, 16);
+  const std::vector<QuantChoice> plan = plan_quantization(*find_quant_recipe("Q4_K_M"), infos, {.arch = "llama", .n_layer = 16});
   EXPECT_EQ(out->get_uint("general.file_type"), 15u);
   EXPECT_EQ(out->get_uint("general.quantization_version"), 2u);
   EXPECT_EQ(out->get_string("general.name"), "synthetic");
@@ -398,7 +435,7 @@ TEST(Requantize, Iq4XsEndToEnd) {
   const std::string dir = test::scratch_dir("requantize_iq4");
   std::map<std::string, std::vector<float>> values;
   const std::string input = write_model(dir, &values);
-  requantize_gguf(input, dir + "/iq4_xs.gguf", *find_quant_recipe("IQ4_XS"), [](const RequantizeNote&) {});
+  requantize_gguf(input, dir + "/iq4_xs.gguf", pure_quant_recipe(DType::IQ4_XS), [](const RequantizeNote&) {});
   const auto out = gguf::GgufFile::open(dir + "/iq4_xs.gguf");
   EXPECT_EQ(out->get_uint("general.file_type"), 30u);
   std::map<DType, double> worst;  // largest relative RMSE per type, printed
@@ -422,7 +459,8 @@ TEST(Requantize, TernaryAndMxfp4EndToEnd) {
   std::map<std::string, std::vector<float>> values;
   const std::string input = write_model(dir, &values);
   for (const char* name : {"TQ1_0", "TQ2_0", "MXFP4"}) {
-    const QuantRecipe recipe = *find_quant_recipe(name);
+    QuantRecipe recipe = *find_quant_recipe(name);
+    recipe.mix = QuantMix::Pure;  // --pure: the TQ file types' mixtures give the embedding and head other types
     const std::string path = dir + "/" + name + ".gguf";
     requantize_gguf(input, path, recipe, [](const RequantizeNote&) {});
     const auto out = gguf::GgufFile::open(path);

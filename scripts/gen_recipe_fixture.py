@@ -11,11 +11,14 @@ The models (F32, random weights, written with gguf-py; rows of 256 unless said):
   qwen2moe4      Qwen2-MoE, 4 experts (2 used) and a shared expert, 5 layers, n_gqa 2
   llama4_w384    Llama, 4 layers, n_embd 384 / n_ff 640: rows that do not divide into 256-blocks
 Each is quantized with `llama-quantize --dry-run` (the types, no data), once without an importance
-matrix and once with one (a synthetic imatrix GGUF: some file types choose differently with one).
+matrix and once with one (a synthetic imatrix GGUF: some file types choose differently with one),
+for every file type and for four sets of per-tensor options (OPTION_PLANS).
 
 Format: `model NAME ARCH N_LAYER N_HEAD N_HEAD_KV N_EXPERT`, then `tensor NAME DIMS...` (innermost
 first) for each tensor in file order, then `plan FTYPE rtn|imatrix TYPE...`: one type per tensor of
-2 or more dimensions, same order (1-D tensors stay F32), a run of one type written TYPE*COUNT.
+2 or more dimensions, same order (1-D tensors stay F32), a run of one type written TYPE*COUNT;
+llama-quantize options, when given, come before the types as single tokens (--pure,
+--tensor-type=PATTERN=TYPE, --output-tensor-type=TYPE, ...).
 
 Needs gguf==0.19.0 and numpy (the repository's .venv), and llama-quantize from llama-cpp-python
 0.3.36's vendored llama.cpp (see docs/QUANTIZATION.md):
@@ -36,6 +39,16 @@ FTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q2_K_S", "Q3_K_S", "Q
           "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M",
           "IQ1_S", "IQ1_M", "IQ3_XXS", "IQ3_XS", "IQ3_S", "IQ3_M", "IQ4_NL", "IQ4_XS", "TQ1_0",
           "TQ2_0", "MXFP4_MOE"]
+
+# llama-quantize's per-tensor options on top of a file type, run on every model: --tensor-type
+# (first matching pattern wins; an overridden tensor does not advance the mixture's counters),
+# --pure with overrides, --leave-output-tensor, --output-tensor-type / --token-embedding-type.
+OPTION_PLANS = [
+    ("Q4_K_M", ["--tensor-type", r"blk\.0\.attn_v=q8_0", "--tensor-type", "ffn_down=q5_k", "--tensor-type", "down=q8_0"]),
+    ("IQ2_XXS", ["--tensor-type", "attn_output=iq3_s", "--leave-output-tensor"]),
+    ("Q3_K_M", ["--pure", "--tensor-type", "attn_v=q6_k", "--leave-output-tensor"]),
+    ("Q5_K_S", ["--output-tensor-type", "q8_0", "--token-embedding-type", "q4_k"]),
+]
 
 MODELS = [
     # name, arch, n_layer, n_embd, n_ff, n_head, n_head_kv, n_expert, tied
@@ -144,8 +157,8 @@ def write_imatrix(path, tensors):
 LINE = re.compile(r"\[\s*\d+/\s*\d+\]\s+(\S+)\s+-.*?type =\s*(\S+),.*?size =.*?(?:\((\S+)\))?\s*$")
 
 
-def dry_run(binary, src, ftype, imatrix):
-    cmd = [binary, "--dry-run"] + (["--imatrix", imatrix] if imatrix else []) + [src, ftype]
+def dry_run(binary, src, ftype, imatrix, options=()):
+    cmd = [binary, "--dry-run"] + list(options) + (["--imatrix", imatrix] if imatrix else []) + [src, ftype]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     types = {}
     for line in (out.stdout + out.stderr).splitlines():
@@ -188,17 +201,25 @@ def main():
                 lines.append(f"tensor {tname} " + " ".join(str(d) for d in reversed(a.shape)))
             ftypes = SEVENTY_B_FTYPES if n_layer == 80 else FTYPES
             matrices = [t for t, a in tensors.items() if a.ndim >= 2]
-            for ftype in ftypes:
+            runs = [(f, []) for f in ftypes] + ([] if n_layer == 80 else OPTION_PLANS)
+            for ftype, options in runs:
+                # options as single tokens: --pure, --tensor-type=PATTERN=TYPE, ...
+                written = []
+                for i, o in enumerate(options):
+                    if o.startswith("--") and i + 1 < len(options) and not options[i + 1].startswith("--"):
+                        written.append(o + "=" + options[i + 1])
+                    elif o.startswith("--"):
+                        written.append(o)
                 for with_imatrix in (False, True):
-                    types = dry_run(args.llama_quantize, src, ftype, imatrix if with_imatrix else None)
+                    types = dry_run(args.llama_quantize, src, ftype, imatrix if with_imatrix else None, options)
                     missing = [t for t in tensors if t not in types]
                     if missing:
                         raise SystemExit(f"{name} {ftype}: no type parsed for {missing[:3]}")
                     if any(types[t] != "F32" for t, a in tensors.items() if a.ndim < 2):
                         raise SystemExit(f"{name} {ftype}: a 1-D tensor is not F32")
                     lines.append(f"plan {ftype} {'imatrix' if with_imatrix else 'rtn'} " +
-                                 run_length([types[t] for t in matrices]))
-            print(f"{name}: {len(ftypes)} file types x 2")
+                                 "".join(w + " " for w in written) + run_length([types[t] for t in matrices]))
+            print(f"{name}: {len(runs)} file types and option sets x 2")
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {args.out}")

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -43,6 +45,10 @@ struct QuantizeOptions {
   bool no_clip = false;
   bool mlp_error = false;
   bool pure = false;  // --pure: the recipe's base type for every matrix
+  bool dry_run = false;
+  bool leave_output = false;
+  std::vector<std::string> tensor_types;  // --tensor-type PATTERN=TYPE, in order
+  std::string tensor_type_file;
   double damp = 0.01;
   double alpha = -1.0;  // smoothquant: migration strength; < 0: searched per input group
   std::string output_type, embedding_type;
@@ -238,6 +244,55 @@ std::map<std::string, EncodedTensor> awq_tensors(const QuantizeOptions& o, const
 }
 
 // `auto`: the importance matrix (given, or from --calib), then quantize_auto.
+// --tensor-type PATTERN=TYPE (split at the first '='), and --tensor-type-file's entries (separated by
+// spaces or newlines), in that order, as llama-quantize reads them.
+std::vector<TensorTypeOverride> tensor_type_overrides(const QuantizeOptions& o) {
+  std::vector<std::string> items = o.tensor_types;
+  if (!o.tensor_type_file.empty()) {
+    std::istringstream words(read_input_file(o.tensor_type_file, "--tensor-type-file"));
+    for (std::string word; words >> word;) items.push_back(word);
+  }
+  std::vector<TensorTypeOverride> overrides;
+  for (const std::string& item : items) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) fail("--tensor-type {}: expected PATTERN=TYPE", item);
+    if (eq == 0) fail("--tensor-type {}: missing tensor name", item);
+    if (eq + 1 == item.size()) fail("--tensor-type {}: missing quantization type", item);
+    const std::string pattern = item.substr(0, eq);
+    check_tensor_type_pattern(pattern);
+    overrides.push_back({pattern, tensor_type(item.substr(eq + 1), "--tensor-type")});
+  }
+  return overrides;
+}
+
+// --dry-run: each tensor's type and size, and the totals, as llama-quantize --dry-run prints them;
+// nothing is written.
+void print_plan(const std::string& input, const QuantRecipe& recipe) {
+  const auto file = gguf::GgufFile::open(input);
+  const std::vector<QuantChoice> plan = requantize_plan(*file, recipe);
+  uint64_t bytes_in = 0, bytes_out = 0, elements = 0;
+  std::string needs_imatrix;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const gguf::TensorInfo& t = file->tensors()[i];
+    const uint64_t out = uint64_t(dtype_row_bytes(plan[i].type, t.dims[0]) * (t.num_elements / t.dims[0]));
+    std::string dims;
+    for (int64_t d : t.dims) dims += fmt::format("{}{}", dims.empty() ? "" : " x ", d);
+    fmt::print("[{:4}/{:4}] {:<40} [{}] {} -> {}{}, {:.3f} MiB\n", i + 1, plan.size(), t.name, dims, dtype_name(t.type),
+               dtype_name(plan[i].type), plan[i].fallback() ? fmt::format(" (fallback from {})", dtype_name(plan[i].wanted)) : "",
+               double(out) / (1 << 20));
+    bytes_in += t.num_bytes, bytes_out += out, elements += t.num_elements;
+    if (needs_imatrix.empty() && !recipe.has_imatrix && plan[i].quantized && requires_imatrix(t.name, plan[i].type, recipe)) {
+      needs_imatrix = t.name;
+    }
+  }
+  fmt::print("model size = {:.2f} MiB ({:.2f} BPW)\nquant size = {:.2f} MiB ({:.2f} BPW)\n", double(bytes_in) / (1 << 20),
+             8.0 * double(bytes_in) / double(elements), double(bytes_out) / (1 << 20), 8.0 * double(bytes_out) / double(elements));
+  if (!needs_imatrix.empty()) {
+    fmt::print("this quantization requires an importance matrix (--imatrix FILE or --calib TEXT): {} and others\n",
+               needs_imatrix);
+  }
+}
+
 // llama-quantize refuses to write the lowest-bit types without an importance matrix; so does this,
 // naming the first tensor that would need one.
 void refuse_without_imatrix(const std::string& input, const QuantRecipe& recipe) {
@@ -253,7 +308,9 @@ void refuse_without_imatrix(const std::string& input, const QuantRecipe& recipe)
 }
 
 void quantize_mixed(const QuantizeOptions& o) {
-  if (o.pure) fail("--pure does not apply to auto, which chooses a type per matrix");
+  if (o.pure || o.dry_run || !o.tensor_types.empty() || !o.tensor_type_file.empty() || o.leave_output) {
+    fail("--pure, --dry-run, --tensor-type and --leave-output-tensor do not apply to auto, which chooses a type per matrix");
+  }
   if (o.calib.empty()) fail("auto needs a calibration text (--calib TEXT): it measures each tensor's KL divergence on it");
   if (!o.method.empty() && o.method != "imatrix") fail("auto quantizes with importance weights; --method {} does not apply", o.method);
   if (!o.output_type.empty() || !o.embedding_type.empty()) {
@@ -279,10 +336,14 @@ void quantize(const QuantizeOptions& o) {
   if (!o.output_type.empty()) recipe->output_type = tensor_type(o.output_type, "--output-tensor-type");
   if (!o.embedding_type.empty()) recipe->embedding_type = tensor_type(o.embedding_type, "--token-embedding-type");
   if (o.pure) recipe->mix = QuantMix::Pure;
+  const std::vector<TensorTypeOverride> overrides = tensor_type_overrides(o);
+  recipe->overrides = &overrides;
+  recipe->leave_output = o.leave_output;
   const std::string method = !o.method.empty() ? o.method : (!o.imatrix.empty() || !o.calib.empty()) ? "imatrix" : "rtn";
   // imatrix and GPTQ hand requantize_gguf an importance matrix (GPTQ's from its own pass); the
   // plans made before it (GPTQ's, AWQ's) must choose as it will.
   recipe->has_imatrix = method == "imatrix" || method == "gptq" || method == "awq-gptq";
+  if (o.dry_run) return print_plan(o.input, *recipe);
   if (!recipe->has_imatrix) refuse_without_imatrix(o.input, *recipe);
   if (method == "rtn" && (!o.imatrix.empty() || !o.calib.empty())) {
     fail("--method rtn takes neither --imatrix nor --calib");
@@ -393,6 +454,13 @@ void register_quantize(CLI::App& app) {
       ->required();
   cmd->add_flag("--pure", options->pure,
                 "the type's base for every matrix, without llama.cpp's mixture rules (as llama-quantize --pure)");
+  cmd->add_flag("--dry-run", options->dry_run, "print each tensor's type and the sizes; write nothing (as llama-quantize --dry-run)");
+  cmd->add_option("--tensor-type", options->tensor_types,
+                  "PATTERN=TYPE: tensors whose name contains a match of the regular expression take TYPE, the first "
+                  "matching pattern winning (repeatable; as llama-quantize)");
+  cmd->add_option("--tensor-type-file", options->tensor_type_file, "--tensor-type entries, separated by spaces or newlines")
+      ->check(existing_file());
+  cmd->add_flag("--leave-output-tensor", options->leave_output, "keep output.weight as it is (as llama-quantize)");
   cmd->add_option("-t,--threads", options->threads, "threads (default: the available CPUs)")
       ->check(int_range(1, 1024));
   cmd->add_option("--output-tensor-type", options->output_type, "type of output.weight (as llama-quantize)");

@@ -1,9 +1,16 @@
+// GCC 12 reports -Wmaybe-uninitialized inside libstdc++'s <regex> (std::function in its NFA
+// states) at -O1 and above, a false positive of that compiler; placed before any include so the
+// header's code is covered.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "convert/quant_recipe.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <numeric>
+#include <regex>
 
 #include "core/error.h"
 
@@ -286,6 +293,17 @@ std::string upper(std::string_view s) {
   return out;
 }
 
+// A --tensor-type pattern, lower-cased (as llama.cpp does) and compiled.
+std::regex tensor_type_pattern(const std::string& pattern) {
+  std::string lower = pattern;
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  try {
+    return std::regex(lower);
+  } catch (const std::regex_error& e) {
+    fail("--tensor-type {}: not a regular expression ({})", pattern, e.what());
+  }
+}
+
 }  // namespace
 
 std::optional<QuantRecipe> find_quant_recipe(std::string_view name) {
@@ -313,6 +331,9 @@ std::string quant_recipe_names() {
   }
   return names;
 }
+
+void check_tensor_type_pattern(const std::string& pattern) { tensor_type_pattern(pattern); }
+
 
 bool requires_imatrix(const std::string& tensor_name, DType type, const QuantRecipe& recipe) {
   if (tensor_name == "token_embd.weight" || tensor_name == "per_layer_token_embd.weight" || tensor_name == "output.weight") {
@@ -364,6 +385,13 @@ std::vector<QuantChoice> plan_quantization(const QuantRecipe& recipe,
     return la != lb ? la < lb : tensors[a].name < tensors[b].name;
   });
 
+  // llama.cpp applies --tensor-type only when the file type's base is quantized.
+  std::vector<std::pair<std::regex, DType>> overrides;
+  const bool base_quantized = recipe.base != DType::F32 && recipe.base != DType::F16 && recipe.base != DType::BF16;
+  if (recipe.overrides != nullptr && base_quantized) {
+    for (const TensorTypeOverride& o : *recipe.overrides) overrides.emplace_back(tensor_type_pattern(o.pattern), o.type);
+  }
+
   std::vector<QuantChoice> choices(tensors.size());
   for (size_t index : order) {
     const QuantTensorInfo& t = tensors[index];
@@ -376,15 +404,19 @@ std::vector<QuantChoice> plan_quantization(const QuantRecipe& recipe,
       choices[index] = {false, DType::F32, DType::F32};
       continue;
     }
-    if (!allows_quantization(t.name, t.dims.size())) {
+    if (!allows_quantization(t.name, t.dims.size()) || (recipe.leave_output && t.name == "output.weight")) {
       choices[index] = {false, t.type, t.type};
       continue;
     }
     DType wanted = recipe.base;
+    const auto manual = std::find_if(overrides.begin(), overrides.end(),
+                                     [&](const auto& o) { return std::regex_search(t.name, o.first); });
     if (recipe.embedding_type && t.name == "token_embd.weight") {
       wanted = *recipe.embedding_type;
     } else if (recipe.output_type && t.name == "output.weight") {
       wanted = *recipe.output_type;
+    } else if (manual != overrides.end()) {
+      wanted = manual->second;
     } else if (recipe.mix != QuantMix::Pure) {
       wanted = mixture_type(recipe, recipe.base, t, category_of(t.name), state, model);
     }

@@ -24,9 +24,9 @@
 //   - "Q2_K_PURE", "Q3_K", "Q4_K" and "Q5_K" are one type for every matrix (llama-quantize's
 //     Q3_K/Q4_K/Q5_K are aliases of the _M mixtures; here they are the pure types), as are "MXFP4"
 //     and Kestrel's own types (INT*, NF4, FP8, W8A8).
-//   - Not modelled: the rules for architectures Kestrel does not run (Falcon, GLM5, BailingMoE3)
-//     and --leave-output-tensor.
-//   - embedding_type / output_type, when set, override all of the above for those two tensors.
+//   - Not modelled: the rules for architectures Kestrel does not run (Falcon, GLM5, BailingMoE3).
+//   - embedding_type / output_type, when set, override all of the above for those two tensors;
+//     then --tensor-type overrides (TensorTypeOverride); leave_output keeps output.weight as it is.
 //   - A tensor whose rows do not divide into the chosen type's blocks falls back as llama.cpp's
 //     tensor_type_fallback does: Q2_K and Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, IQ4_XS / IQ3_XXS /
 //     IQ3_S / IQ2_* / IQ1_* / NF4 to IQ4_NL, TQ1_0 and TQ2_0 to Q4_0 when rows are a multiple of 32, else F16; INT4 group types to the same kind with a smaller group that fits, else
@@ -52,6 +52,14 @@ enum class QuantMix {
   TQ2_0, MXFP4_MOE
 };
 
+// llama-quantize's --tensor-type PATTERN=TYPE: the first pattern found in a tensor's name
+// (std::regex_search; patterns lower-cased, as llama.cpp does) gives its type, instead of the
+// mixture's rules (whose counters then do not count it), with --pure too.
+struct TensorTypeOverride {
+  std::string pattern;
+  DType type;
+};
+
 struct QuantRecipe {
   std::string_view name;  // as typed on the command line, e.g. "Q4_K_M"
   DType base;             // the type most matrices take
@@ -67,6 +75,10 @@ struct QuantRecipe {
   std::optional<DType> output_type = std::nullopt;
   // Types for single tensors by name, applied last (`quantize ... auto`'s plan); not owned.
   const std::map<std::string, DType>* tensor_types = nullptr;
+  // --tensor-type overrides, in order (only when the base type is quantized, as in llama.cpp); not owned.
+  const std::vector<TensorTypeOverride>* overrides = nullptr;
+  // --leave-output-tensor: output.weight keeps the input's type.
+  bool leave_output = false;
   // An importance matrix is given (llama-quantize --imatrix): some mixtures choose differently.
   bool has_imatrix = false;
 };
@@ -105,6 +117,9 @@ struct QuantModelInfo {
 std::vector<QuantChoice> plan_quantization(const QuantRecipe& recipe,
                                            std::span<const QuantTensorInfo> tensors,
                                            const QuantModelInfo& model);
+
+// Throws, naming the pattern, when a --tensor-type pattern is not a regular expression.
+void check_tensor_type_pattern(const std::string& pattern);
 
 // Whether llama-quantize refuses to write this tensor as `type` without an importance matrix:
 // IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M (at 1.5-3 bits an unweighted search wastes the

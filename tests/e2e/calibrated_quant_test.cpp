@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_process.h"
 #include "convert/hf_convert.h"
 #include "convert/imatrix_file.h"
 #include "convert/requantize.h"
@@ -320,17 +321,8 @@ TEST(AwqStories260K, ShortTextAndMissingTypesAreClearErrors) {
   }
 }
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string err;
-};
-
-CommandResult run_kestrel(const std::string& args) {
-  const std::string err_path = test::scratch_dir("gptq_cli") + "/stderr.txt";
-  const std::string command = std::string(KESTREL_BINARY_DIR) + "/tools/kestrel " + args + " >/dev/null 2>" + err_path;
-  const int status = std::system(command.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, test::read_file(err_path)};
-}
+using test::CommandResult;
+using test::run_kestrel;
 
 // A Llama-shaped F32 GGUF with rows of 256 (2 layers, n_gqa 1), enough for `kestrel quantize`'s
 // plans: stories260K's rows of 64 make every 256-block type fall back.
@@ -367,12 +359,16 @@ std::string write_wide_model(const std::string& dir) {
 }
 
 // llama-quantize's file types are its mixtures (which tensor gets which type: requantize_test
-// against llama-quantize itself); --pure gives the base type everywhere; the lowest-bit types are
-// refused without an importance matrix, naming the tensor, where llama-quantize refuses them.
-TEST(QuantizeCli, MixturesPureAndTheImatrixRequirement) {
+// against llama-quantize itself); --pure gives the base type everywhere; --tensor-type(-file),
+// --leave-output-tensor and --dry-run as llama-quantize's; the lowest-bit types are refused without
+// an importance matrix (or an entry in it), naming the tensor, where llama-quantize refuses them.
+TEST(QuantizeCli, LlamaQuantizeFileTypesAndOptions) {
   const std::string dir = test::scratch_dir("quantize_cli_mix");
   const std::string model = write_wide_model(dir);
   const std::string out = dir + "/out.gguf";
+  struct Case {
+    std::string args, message;
+  };
   auto types_of = [&](const std::string& args) {
     const CommandResult r = run_kestrel("quantize " + model + " " + out + " " + args + " -t 2");
     EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
@@ -400,9 +396,6 @@ TEST(QuantizeCli, MixturesPureAndTheImatrixRequirement) {
   EXPECT_NE(listed.err.find("(Q4_0 --pure, rtn; 0 tensors fell back to a higher-precision type): 5 F32, 16 Q4_0"),
             std::string::npos) << listed.err;
 
-  struct Case {
-    std::string args, message;
-  };
   for (const Case& c : std::vector<Case>{
            {"Q2_K_S", "Q2_K_S needs an importance matrix (--imatrix FILE or --calib TEXT), as llama-quantize requires "
                       "one for it: blk.0.attn_q.weight would be Q2_K"},
@@ -412,7 +405,44 @@ TEST(QuantizeCli, MixturesPureAndTheImatrixRequirement) {
            {"IQ3_XXS", "blk.0.attn_q.weight would be IQ2_S"},  // IQ3_XXS gives attn_q/attn_k IQ2_S
            {"IQ2_M --pure", "blk.0.attn_q.weight would be IQ2_S"},
            {"IQ2_S --method awq --calib " + kStories, "IQ2_S needs an importance matrix"},
-           {"auto --pure", "--pure does not apply to auto"},
+           {"auto --pure", "--pure, --dry-run, --tensor-type and --leave-output-tensor do not apply to auto"},
+       }) {
+    const CommandResult r = run_kestrel("quantize " + model + " " + out + " " + c.args);
+    EXPECT_EQ(r.exit_code, 1) << c.args;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
+  }
+  // llama-quantize's per-tensor options: --tensor-type (first match wins), a file of them,
+  // --leave-output-tensor.
+  auto over = types_of("Q4_K_M --tensor-type attn_q=Q8_0 --tensor-type 'blk\\.1\\.ffn_(up|gate)=q5_k' "
+                       "--tensor-type ffn_up=Q6_K --leave-output-tensor");
+  EXPECT_EQ(over["blk.0.attn_q.weight"], DType::Q8_0);
+  EXPECT_EQ(over["blk.1.ffn_up.weight"], DType::Q5_K);
+  EXPECT_EQ(over["blk.0.ffn_up.weight"], DType::Q6_K);
+  EXPECT_EQ(over["blk.0.ffn_gate.weight"], DType::Q4_K);
+  EXPECT_EQ(over["output.weight"], DType::F32);
+  {
+    std::ofstream(dir + "/types.txt") << "attn_k=q8_0\nffn_down=Q5_K attn_q=q6_k\n";
+  }
+  auto from_file = types_of("Q4_K_M --tensor-type-file " + dir + "/types.txt");
+  EXPECT_EQ(from_file["blk.1.attn_k.weight"], DType::Q8_0);
+  EXPECT_EQ(from_file["blk.1.ffn_down.weight"], DType::Q5_K);
+  EXPECT_EQ(from_file["blk.0.attn_q.weight"], DType::Q6_K);
+  // --dry-run lists every tensor and the sizes, writes nothing, and notes a missing imatrix.
+  std::remove(out.c_str());
+  const CommandResult dry = run_kestrel("quantize " + model + " " + out + " IQ2_XXS --dry-run");
+  EXPECT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_NE(dry.out.find("blk.1.ffn_down.weight"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("[256 x 32] F32 -> IQ2_XXS, 0.002 MiB"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("[256 x 64] F32 -> Q5_K"), std::string::npos) << dry.out;  // the head under IQ2_XXS
+  EXPECT_NE(dry.out.find("quant size = "), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("this quantization requires an importance matrix"), std::string::npos) << dry.out;
+  EXPECT_FALSE(std::ifstream(out).good()) << "--dry-run writes nothing";
+  for (const Case& c : std::vector<Case>{
+           {"Q4_K_M --tensor-type attn_q", "--tensor-type attn_q: expected PATTERN=TYPE"},
+           {"Q4_K_M --tensor-type =q8_0", "missing tensor name"},
+           {"Q4_K_M --tensor-type attn_q=", "missing quantization type"},
+           {"Q4_K_M --tensor-type attn_q=Q9_9", "--tensor-type Q9_9: not a type Kestrel can write"},
+           {"Q4_K_M --tensor-type 'attn_(q=q8_0'", "--tensor-type attn_(q: not a regular expression"},
        }) {
     const CommandResult r = run_kestrel("quantize " + model + " " + out + " " + c.args);
     EXPECT_EQ(r.exit_code, 1) << c.args;

@@ -1,6 +1,7 @@
 // `kestrel quantize` recipes and the re-encoding of GGUF files:
 //  - the per-tensor types of all 30 llama-quantize file types Kestrel writes equal what
-//    llama-quantize --dry-run chose for 7 synthetic models, with and without an imatrix
+//    llama-quantize --dry-run chose for 7 synthetic models, with and without an imatrix, and with
+//    its --tensor-type / --pure / --leave-output-tensor / --output-tensor-type options
 //    (tests/data/quant/recipe_types.txt), and follow the documented use_more_bits rule for other
 //    layer counts;
 //  - fallbacks for rows that do not divide into blocks; metadata; determinism across thread
@@ -37,7 +38,8 @@ namespace {
 struct FixturePlan {
   std::string ftype;
   bool imatrix;
-  std::vector<std::string> types;  // one per tensor of 2+ dimensions, in file order
+  std::vector<std::string> options;  // llama-quantize's, e.g. "--tensor-type=ffn_down=q5_k"
+  std::vector<std::string> types;    // one per tensor of 2+ dimensions, in file order
 };
 
 struct FixtureModel {
@@ -72,6 +74,10 @@ std::vector<FixtureModel> load_recipe_fixture() {
       words >> p.ftype >> with;
       p.imatrix = with == "imatrix";
       for (std::string item; words >> item;) {
+        if (item.starts_with("--")) {
+          p.options.push_back(item);
+          continue;
+        }
         const size_t star = item.find('*');
         const int count = star == std::string::npos ? 1 : std::stoi(item.substr(star + 1));
         p.types.insert(p.types.end(), size_t(count), item.substr(0, star));
@@ -85,12 +91,34 @@ TEST(QuantRecipe, MixturesChooseWhatLlamaQuantizeChose) {
   const std::vector<FixtureModel> models = load_recipe_fixture();
   ASSERT_EQ(models.size(), 7u);
   int compared = 0, plans = 0;
+  int with_options[2] = {0, 0};
+  int unwritable = 0;
   std::set<std::string> ftypes;
   for (const FixtureModel& m : models) {
     for (const FixturePlan& p : m.plans) {
       std::optional<QuantRecipe> recipe = find_quant_recipe(p.ftype);
       ASSERT_TRUE(recipe) << p.ftype;
       recipe->has_imatrix = p.imatrix;
+      std::vector<TensorTypeOverride> overrides;
+      for (const std::string& option : p.options) {
+        const size_t eq = option.find('=');
+        const std::string name = option.substr(0, eq), value = eq == std::string::npos ? "" : option.substr(eq + 1);
+        if (name == "--pure") {
+          recipe->mix = QuantMix::Pure;
+        } else if (name == "--leave-output-tensor") {
+          recipe->leave_output = true;
+        } else if (name == "--output-tensor-type") {
+          recipe->output_type = *dtype_from_name(value);
+        } else if (name == "--token-embedding-type") {
+          recipe->embedding_type = *dtype_from_name(value);
+        } else {
+          ASSERT_EQ(name, "--tensor-type");
+          const size_t sep = value.find('=');
+          overrides.push_back({value.substr(0, sep), *dtype_from_name(value.substr(sep + 1))});
+        }
+      }
+      recipe->overrides = &overrides;
+      ++with_options[!p.options.empty()];
       const std::vector<QuantChoice> plan = plan_quantization(*recipe, m.tensors, m.info);
       size_t k = 0;
       for (size_t i = 0; i < m.tensors.size(); ++i) {
@@ -100,7 +128,16 @@ TEST(QuantRecipe, MixturesChooseWhatLlamaQuantizeChose) {
           continue;
         }
         ASSERT_LT(k, p.types.size()) << m.name << " " << p.ftype;
-        EXPECT_EQ(dtype_name(plan[i].type), p.types[k++])
+        std::string expected = p.types[k++];
+        // llama.cpp returns --token-embedding-type / --output-tensor-type as given, without its
+        // fallback (its dry run lists Q4_K for rows of 384, which it could not write); Kestrel
+        // falls back as for any other tensor.
+        const DType given = *dtype_from_name(expected);
+        if (t.dims[0] % dtype_layout(given).block_size != 0) {
+          expected = dtype_name(quant_type_that_fits(given, t.dims[0]));
+          ++unwritable;
+        }
+        EXPECT_EQ(dtype_name(plan[i].type), expected)
             << m.name << " " << p.ftype << (p.imatrix ? " imatrix " : " ") << t.name;
         ++compared;
       }
@@ -110,7 +147,9 @@ TEST(QuantRecipe, MixturesChooseWhatLlamaQuantizeChose) {
     }
   }
   EXPECT_EQ(ftypes.size(), 30u);
-  EXPECT_EQ(plans, 2 * (6 * 30 + 9));
+  EXPECT_EQ(with_options[0], 2 * (6 * 30 + 9));
+  EXPECT_EQ(with_options[1], 2 * 6 * 4);  // 4 option sets on the models other than the 80-layer one
+  EXPECT_EQ(unwritable, 2);  // llama4_w384's token_embd under --token-embedding-type q4_k
   std::printf("  %d tensor types in %d plans equal llama-quantize's\n", compared, plans);
 }
 

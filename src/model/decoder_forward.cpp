@@ -244,8 +244,16 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
     const GatedActivation act =
         c.activation == Activation::GeluTanh ? GatedActivation::GeluTanh : GatedActivation::Silu;
     if (l.moe.has_experts()) {
-      // Mixture of Experts (moe_ffn.h) instead of the dense MLP; the loader refuses --tp for MoE.
-      moe_ffn(backend, c.moe, l.moe, act, s.normed.data(), T, s.moe, s.proj.data(), {observer, il});
+      // Mixture of Experts (moe_ffn.h) instead of the dense MLP. Split over ranks as the MLP is
+      // (Model::split_moe_layer): partial sums all-reduced, or this rank's output rows gathered.
+      if (!gather_mode) {
+        moe_ffn(backend, c.moe, l.moe, act, s.normed.data(), T, s.moe, s.proj.data(), {observer, il});
+        if (split) tp.all_reduce_sum(std::span<float>(s.proj.data(), size_t(T * c.n_embd)));
+      } else {
+        s.own_rows.resize(size_t(T * me.n_embd()));
+        moe_ffn(backend, c.moe, l.moe, act, s.normed.data(), T, s.moe, s.own_rows.data(), {observer, il});
+        gather_rows(tp, s.own_rows.data(), T, embd_widths, s, s.proj.data());
+      }
     } else {
       dense_mlp(il, l, act);
     }

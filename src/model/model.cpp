@@ -94,10 +94,6 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& 
     fail("{}: tensor parallelism (--tp) does not support latent attention ('{}') yet (pipeline parallelism, --pp, "
          "does)", path, model->config_.architecture);
   }
-  if (request.tp_size > 1 && model->config_.moe.enabled()) {
-    fail("{}: tensor parallelism (--tp) does not support the Mixture-of-Experts architecture '{}' yet "
-         "(pipeline parallelism, --pp, does)", path, model->config_.architecture);
-  }
   // The FFN split's unit: whole blocks of ffn_down's format (the same type in every layer of the
   // files llama.cpp writes; a mixed file uses the largest block).
   int64_t ff_align = 1;
@@ -293,8 +289,9 @@ void Model::load_layer(int64_t il) {
     l.post_attn_norm = vector_tensor(p + "post_attention_norm.weight", c.n_embd);
     l.post_ffn_norm = vector_tensor(p + "post_ffw_norm.weight", c.n_embd);
   }
-  if (is_moe_layer(*file_, c, il)) {  // router and experts instead of the dense FFN (one rank: no split)
+  if (is_moe_layer(*file_, c, il)) {  // router and experts instead of the dense FFN
     l.moe = load_moe_layer(*file_, c, il, owned_vectors_);
+    if (shard_.tp_size > 1) split_moe_layer(l.moe);
     return;
   }
   load_dense_mlp(il);
@@ -390,6 +387,54 @@ void Model::load_dense_mlp(int64_t il) {
   l.w_up = rows_of(up, me.ff_begin, me.ff_end);
   if (const float* b = optional_vector(p + "ffn_gate.bias", c.n_ff)) l.b_gate = b + me.ff_begin;
   if (const float* b = optional_vector(p + "ffn_up.bias", c.n_ff)) l.b_up = b + me.ff_begin;
+}
+
+// The rank's part of a MoE layer, split as the dense FFN is: the router replicated (every rank
+// routes the same, bitwise-equal input the same way); Megatron: each expert's (and the shared
+// expert's) FFN channels, gate/up rows and down columns, the ranks' partial sums all-reduced;
+// --tp-deterministic: gate/up whole, each expert's down rows of this rank's output channels.
+void Model::split_moe_layer(MoeLayerWeights& m) {
+  const RankSlice& me = shard_.mine();
+  if (shard_.tp_deterministic) {
+    m.down_stack = expert_rows(m.down_stack, m.n_expert, m.n_out, me.embd_begin, me.embd_end);
+    if (m.has_shared_expert()) m.shared_down = rows_of(m.shared_down, me.embd_begin, me.embd_end);
+    m.n_out = me.n_embd();
+    return;
+  }
+  const auto [f0, f1] = channel_slice(m.n_ff_expert, m.down_stack.type, "expert");
+  m.gate_stack = expert_rows(m.gate_stack, m.n_expert, m.n_ff_expert, f0, f1);
+  m.up_stack = expert_rows(m.up_stack, m.n_expert, m.n_ff_expert, f0, f1);
+  m.down_stack = columns_of(m.down_stack, f0, f1);  // every expert's columns [f0, f1)
+  m.n_ff_expert = f1 - f0;
+  if (m.has_shared_expert()) {
+    const auto [s0, s1] = channel_slice(m.shared_gate.rows, m.shared_down.type, "shared expert");
+    m.shared_gate = rows_of(m.shared_gate, s0, s1);
+    m.shared_up = rows_of(m.shared_up, s0, s1);
+    m.shared_down = columns_of(m.shared_down, s0, s1);
+  }
+}
+
+std::pair<int64_t, int64_t> Model::channel_slice(int64_t n_ff, DType down_type, const char* what) const {
+  // Whole blocks of the down projection's format, so its column slices stay whole blocks.
+  const int64_t align = quant::require_format(down_type).block_size;
+  const int64_t units = n_ff % align == 0 ? n_ff / align : 0;
+  if (units < shard_.tp_size) {
+    fail("{}: --tp {} cannot split the {} FFN's {} channels into whole blocks of {} ({})", file_->name(), shard_.tp_size,
+         what, n_ff, align, dtype_name(down_type));
+  }
+  const int r = shard_.tp_rank, tp = shard_.tp_size;
+  return {units * r / tp * align, units * (r + 1) / tp * align};
+}
+
+WeightView Model::expert_rows(const WeightView& stack, int64_t n_expert, int64_t rows, int64_t begin, int64_t end) {
+  const int64_t row_bytes = quant::row_bytes(quant::require_format(stack.type), stack.cols);
+  LargeBuffer& buffer = owned_matrices_.emplace_back(size_t(n_expert * (end - begin) * row_bytes));
+  const auto* src = static_cast<const uint8_t*>(stack.data);
+  for (int64_t e = 0; e < n_expert; ++e) {
+    std::copy_n(src + (e * rows + begin) * row_bytes, (end - begin) * row_bytes,
+                buffer.data() + e * (end - begin) * row_bytes);
+  }
+  return WeightView{stack.type, n_expert * (end - begin), stack.cols, buffer.data()};
 }
 
 int64_t Model::parameter_count() const {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -142,6 +143,11 @@ class Model {
   void load_attention(int64_t il);            // q/k/v (fused or not), their biases and norms
   void load_mla_layer_attention(int64_t il);  // latent attention's tensors
   void load_dense_mlp(int64_t il);            // gate/up/down (fused or not) and biases
+  void split_moe_layer(MoeLayerWeights& m);   // this tensor-parallel rank's part of a MoE layer
+  // This rank's FFN channels [begin, end) of n_ff, cut at whole blocks of `down_type`.
+  std::pair<int64_t, int64_t> channel_slice(int64_t n_ff, DType down_type, const char* what) const;
+  // Rows [begin, end) of each of a stack's n_expert matrices of `rows` rows, repacked as a stack.
+  WeightView expert_rows(const WeightView& stack, int64_t n_expert, int64_t rows, int64_t begin, int64_t end);
   // Rows [begin, end) of `w`, in place; columns [begin, end) of every row, repacked.
   static WeightView rows_of(const WeightView& w, int64_t begin, int64_t end);
   WeightView columns_of(const WeightView& w, int64_t begin, int64_t end);

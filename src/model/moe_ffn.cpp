@@ -119,8 +119,9 @@ void route_tokens(const float* logits, int64_t T, const MoeConfig& m, MoeRouting
 
 void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, GatedActivation act, const float* x,
              int64_t T, MoeScratch& s, float* out, LayerObserver seen) {
-  const int64_t n_expert = w.n_expert, n_embd = w.n_embd, n_ff = w.n_ff_expert;
+  const int64_t n_expert = w.n_expert, n_embd = w.n_embd, n_ff = w.n_ff_expert, n_out = w.n_out;
   if (n_expert != m.n_expert || T <= 0) fail("internal: MoE layer of {} experts for a config of {}", n_expert, m.n_expert);
+  if (n_out <= 0 || n_out > n_embd) fail("internal: MoE layer with {} output rows of {}", n_out, n_embd);
   seen.observe(LinearKind::Router, x, T, n_embd);
   s.logits.resize(size_t(T * n_expert));
   backend.matmul(w.router, x, T, s.logits.data());
@@ -146,7 +147,7 @@ void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, Gat
   // Each chosen expert once, over its rows: gate/up + activation, then down, every expert of the
   // step in one grouped call each.
   s.rows_act.resize(size_t(T * k * n_ff));
-  s.rows_out.resize(size_t(T * k * n_embd));
+  s.rows_out.resize(size_t(T * k * n_out));
   s.gated_groups.clear();
   s.down_groups.clear();
   for (int64_t e = 0; e < n_expert; ++e) {
@@ -154,7 +155,7 @@ void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, Gat
     if (rows == 0) continue;
     s.gated_groups.push_back({w.gate(e), w.up(e), s.rows_in.data() + begin * n_embd, rows,
                               s.rows_act.data() + begin * n_ff});
-    s.down_groups.push_back({w.down(e), s.rows_act.data() + begin * n_ff, rows, s.rows_out.data() + begin * n_embd});
+    s.down_groups.push_back({w.down(e), s.rows_act.data() + begin * n_ff, rows, s.rows_out.data() + begin * n_out});
   }
   auto observe_experts = [&](LinearKind kind, const std::vector<float>& rows, int64_t cols) {
     for (int64_t e = 0; e < n_expert; ++e) {
@@ -173,14 +174,14 @@ void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, Gat
   // Each token's weighted sum in its top-k order.
   const float* weights = s.routing.weights.data();
   for (int64_t t = 0; t < T; ++t) {
-    float* o = out + t * n_embd;
+    float* o = out + t * n_out;
     for (int64_t j = 0; j < k; ++j) {
       const float wj = weights[t * k + j];
-      const float* y = s.rows_out.data() + s.pair_row[size_t(t * k + j)] * n_embd;
+      const float* y = s.rows_out.data() + s.pair_row[size_t(t * k + j)] * n_out;
       if (j == 0) {
-        for (int64_t i = 0; i < n_embd; ++i) o[i] = wj * y[i];
+        for (int64_t i = 0; i < n_out; ++i) o[i] = wj * y[i];
       } else {
-        for (int64_t i = 0; i < n_embd; ++i) o[i] += wj * y[i];
+        for (int64_t i = 0; i < n_out; ++i) o[i] += wj * y[i];
       }
     }
   }
@@ -188,7 +189,7 @@ void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, Gat
   if (!w.has_shared_expert()) return;
   const int64_t n_sh = w.shared_gate.rows;
   s.shared_act.resize(size_t(T * n_sh));
-  s.shared_out.resize(size_t(T * n_embd));
+  s.shared_out.resize(size_t(T * n_out));
   s.shared_logit.resize(size_t(T));
   const bool gated = w.shared_gate_inp.data != nullptr;
   seen.observe(LinearKind::SharedGate, x, T, n_embd);
@@ -202,9 +203,9 @@ void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, Gat
   }
   for (int64_t t = 0; t < T; ++t) {
     const float gate = gated ? 1.0f / (1.0f + std::exp(-s.shared_logit[size_t(t)])) : 1.0f;
-    float* o = out + t * n_embd;
-    const float* y = s.shared_out.data() + t * n_embd;
-    for (int64_t i = 0; i < n_embd; ++i) o[i] += gate * y[i];
+    float* o = out + t * n_out;
+    const float* y = s.shared_out.data() + t * n_out;
+    for (int64_t i = 0; i < n_out; ++i) o[i] += gate * y[i];
   }
 }
 

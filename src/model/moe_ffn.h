@@ -50,15 +50,17 @@ struct MoeScratch {
   std::vector<int64_t> pair_row;      // [T][k]: the grouped row of token t's j-th expert
   std::vector<float> rows_in;       // [T * k][n_embd]   token rows grouped by expert
   std::vector<float> rows_act;      // [T * k][n_ff_expert]   act(gate) * up, grouped like rows_in
-  std::vector<float> rows_out;      // [T * k][n_embd]   each expert's output for its rows
+  std::vector<float> rows_out;      // [T * k][n_out]    each expert's output for its rows
   std::vector<float> shared_act;    // [T][n_ff_shared]
-  std::vector<float> shared_out;    // [T][n_embd]
+  std::vector<float> shared_out;    // [T][n_out]
   std::vector<float> shared_logit;  // [T]
   std::vector<GatedFfnGroup> gated_groups;  // one per chosen expert
   std::vector<MatmulGroup> down_groups;
 };
 
-// out[T][n_embd] = the MoE block over x[T][n_embd] (RMSNorm'd hidden states). `act` is the
+// out[T][n_out] = the MoE block over x[T][n_embd] (RMSNorm'd hidden states; n_out is n_embd, or
+// under tensor parallelism this rank's output rows, and each expert's FFN channels may be this
+// rank's slice of them: then `out` is a partial sum the ranks add). `act` is the
 // experts' gated activation. With an observer, every matrix's input is shown before it is read:
 // the router's and the shared experts' as whole batches, each chosen expert's rows by
 // observe_stacked (gate and up: the tokens routed to it; down: their act(gate) * up).

@@ -119,6 +119,7 @@ MoeLayerWeights load_moe_layer(const gguf::GgufFile& file, const ModelConfig& c,
   w.n_expert = m.n_expert;
   w.n_ff_expert = m.n_ff_expert;
   w.n_embd = c.n_embd;
+  w.n_out = c.n_embd;
   const gguf::TensorInfo& router = require_tensor(file, p + "ffn_gate_inp.weight", "router");
   if (router.dims.size() == 2 && router.dims[0] == c.n_embd && router.dims[1] != m.n_expert) {
     fail("{}: tensor '{}' scores {} experts but {} is {}", file.name(), router.name, router.dims[1], count_key,

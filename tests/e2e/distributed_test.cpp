@@ -1,8 +1,9 @@
 // One model over several processes under a real `mpirun` (Open MPI, ranks oversubscribed on this
 // machine's cores), against the same model in one process:
 //  - pipeline parallelism (--pp 2, pieces of every batch in flight) gives bitwise the logits of one
-//    process, on stories260K, the default Gemma 3 270M and three architecture fixtures (phi3,
-//    starcoder2, cohere_qknorm: fused tensors, biases, LayerNorm, plain MLP, parallel block);
+//    process, on stories260K, the default Gemma 3 270M and five architecture fixtures (phi3,
+//    starcoder2, cohere_qknorm: fused tensors, biases, LayerNorm, plain MLP, parallel block;
+//    qwen2_moe, qwen3_moe: Mixture-of-Experts layers with and without a gated shared expert);
 //  - --tp-deterministic (TP 2 and 4, and TP 2 x PP 2) gives bitwise the logits of one process;
 //  - the Megatron split (partial sums all-reduced) gives the same greedy tokens except where the
 //    one-process top-2 gap is within the two runs' own numeric difference (Gemma 3 is that
@@ -118,7 +119,14 @@ class Distributed : public ::testing::TestWithParam<std::string> {
   // The tiny architecture fixtures (tests/data/arch): the split of fused q/k/v and gate+up views,
   // biases on both parallel kinds of layer, LayerNorm, the plain MLP, the parallel block and
   // per-head q/k norms.
-  bool is_arch_fixture() const { return GetParam() == "phi3" || GetParam() == "starcoder2" || GetParam() == "cohere_qknorm"; }
+  // qwen2_moe and qwen3_moe: Mixture-of-Experts layers, each expert's channels split (the shared
+  // expert's too), the router replicated.
+  bool is_arch_fixture() const {
+    for (const char* name : {"phi3", "starcoder2", "cohere_qknorm", "qwen2_moe", "qwen3_moe"}) {
+      if (GetParam() == name) return true;
+    }
+    return false;
+  }
 
   ProbeRun run_split(int ranks, const std::string& flags) {
     const std::string out = dir_ + "/split.bin";
@@ -200,7 +208,8 @@ TEST_P(Distributed, TensorParallelKeepsGreedyTokensBeyondNumericNoise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Distributed,
-                         ::testing::Values("stories", "gemma", "qwen", "phi3", "starcoder2", "cohere_qknorm"),
+                         ::testing::Values("stories", "gemma", "qwen", "phi3", "starcoder2", "cohere_qknorm",
+                                           "qwen2_moe", "qwen3_moe"),
                          [](const auto& info) { return info.param; });
 
 TEST(DistributedErrors, MismatchedRanksEndTheGroupWithANamedError) {

@@ -75,6 +75,7 @@ MoeLayer make_layer(const Shape& s, DType type, uint32_t seed) {
   w.n_expert = s.n_expert;
   w.n_ff_expert = s.n_ff;
   w.n_embd = s.n_embd;
+  w.n_out = s.n_embd;
   w.router = l.router.view();
   w.gate_stack = l.gate.view();
   w.up_stack = l.up.view();

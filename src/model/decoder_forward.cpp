@@ -122,9 +122,10 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
   const int64_t q_width = n_head * c.head_dim, kv_width = n_head_kv * c.head_dim;
   const bool split = tp.size() > 1;
   // Widths each rank contributes to the deterministic mode's gathers.
-  std::vector<int64_t> q_widths, ff_widths, embd_widths;
+  std::vector<int64_t> q_widths, ff_widths, embd_widths, mla_value_widths;
   for (const RankSlice& r : sh.slices) {
     q_widths.push_back(r.n_head() * c.head_dim);
+    mla_value_widths.push_back(r.n_head() * c.mla.v_dim);
     ff_widths.push_back(r.n_ff());
     embd_widths.push_back(r.n_embd());
   }
@@ -137,7 +138,7 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
   s.attn.resize(size_t(T * q_width));
   s.proj.resize(size_t(T * c.n_embd));
   s.gate.resize(size_t(T * n_ff));
-  if (gather_mode) s.gathered_rows.resize(size_t(T * std::max(c.q_width(), c.n_ff)));
+  if (gather_mode) s.gathered_rows.resize(size_t(T * std::max({c.q_width(), c.n_ff, c.attn_out_width()})));
 
   RopeParams rope;
   rope.n_rot = c.n_rot;
@@ -313,10 +314,11 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
       backend.kv_write(kv.layers[size_t(il)], s.k.data(), s.k.data(), group.slot_mapping.data(), T, 1,
                        int(c.head_dim));
       backend.paged_attention(attn, s.q.data(), kv.layers[size_t(il)], s.attn.data());
-      s.values.resize(size_t(T * c.attn_out_width()));
+      const int64_t values_width = n_head * c.mla.v_dim;  // this rank's heads' values
+      s.values.resize(size_t(T * values_width));
       mla_values(backend, c, l.mla, s.attn.data(), T, s.mla, s.values.data(), seen);
-      seen.observe(LinearKind::AttnOutput, s.values.data(), T, c.attn_out_width());
-      backend.matmul(l.wo, s.values.data(), T, s.proj.data());
+      seen.observe(LinearKind::AttnOutput, s.values.data(), T, values_width);
+      row_parallel(l.wo, s.values.data(), mla_value_widths, s.proj.data());
       if (l.bo) backend.add_row(s.proj.data(), l.bo, T, c.n_embd);
       finish_attention(il, l);
       continue;

@@ -32,6 +32,7 @@ MlaLayerWeights load_mla_layer(const gguf::GgufFile& file, const ModelConfig& c,
   const std::string heads_key = c.architecture + ".attention.head_count";
   w.k_b = stack_view(file, p + "attn_k_b.weight", c.n_head, r, m.nope_dim, heads_key, "heads");
   w.v_b = stack_view(file, p + "attn_v_b.weight", c.n_head, m.v_dim, r, heads_key, "heads");
+  w.n_head = c.n_head;
   return w;
 }
 
@@ -39,10 +40,10 @@ namespace {
 
 // The per-head buffers, sized for both uses: absorbing q_nope ([H][T][nope] -> [H][T][r]) and
 // expanding the attended latents ([H][T][r] -> [H][T][v_dim]).
-void size_head_buffers(const ModelConfig& c, int64_t T, MlaScratch& s) {
+void size_head_buffers(const ModelConfig& c, int64_t n_head, int64_t T, MlaScratch& s) {
   const MlaConfig& m = c.mla;
-  s.heads_in.resize(size_t(c.n_head * T * std::max(m.nope_dim, m.kv_lora_rank)));
-  s.heads_out.resize(size_t(c.n_head * T * std::max(m.kv_lora_rank, m.v_dim)));
+  s.heads_in.resize(size_t(n_head * T * std::max(m.nope_dim, m.kv_lora_rank)));
+  s.heads_out.resize(size_t(n_head * T * std::max(m.kv_lora_rank, m.v_dim)));
 }
 
 }  // namespace
@@ -60,7 +61,7 @@ void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayer
                           int64_t T, const int32_t* positions, const RopeParams& rope, MlaScratch& s, float* query,
                           float* key, LayerObserver seen) {
   const MlaConfig& m = c.mla;
-  const int64_t H = c.n_head, r = m.kv_lora_rank, nope = m.nope_dim, d = m.rope_dim, qd = m.q_head_dim();
+  const int64_t H = w.n_head, r = m.kv_lora_rank, nope = m.nope_dim, d = m.rope_dim, qd = m.q_head_dim();
   const int64_t key_dim = r + d;
   // Queries [T][H][nope + rope].
   s.q.resize(size_t(T * H * qd));
@@ -83,7 +84,7 @@ void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayer
     backend.rms_norm(row, w.kv_a_norm, 1, r, c.rms_eps, row);
   }
   // q_nope absorbed per head: [H][T][nope] -> W_kb[h] -> [H][T][r], one grouped call.
-  size_head_buffers(c, T, s);
+  size_head_buffers(c, H, T, s);
   for (int64_t h = 0; h < H; ++h) {
     for (int64_t t = 0; t < T; ++t) {
       std::copy_n(s.q.data() + (t * H + h) * qd, nope, s.heads_in.data() + (h * T + t) * nope);
@@ -120,8 +121,8 @@ void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayer
 void mla_values(Backend& backend, const ModelConfig& c, const MlaLayerWeights& w, const float* attn, int64_t T,
                 MlaScratch& s, float* values, LayerObserver seen) {
   const MlaConfig& m = c.mla;
-  const int64_t H = c.n_head, r = m.kv_lora_rank, key_dim = r + m.rope_dim, v = m.v_dim;
-  size_head_buffers(c, T, s);
+  const int64_t H = w.n_head, r = m.kv_lora_rank, key_dim = r + m.rope_dim, v = m.v_dim;
+  size_head_buffers(c, H, T, s);
   // [T][H][r + rope] -> the latent part per head [H][T][r] -> W_vb[h] -> [H][T][v] -> [T][H * v].
   for (int64_t h = 0; h < H; ++h) {
     for (int64_t t = 0; t < T; ++t) {

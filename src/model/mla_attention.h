@@ -35,6 +35,9 @@ struct MlaLayerWeights {
   // [h * v_dim, (h + 1) * v_dim) of v_b (W_vb[h], [v_dim][r]: latent -> value).
   WeightView k_b;                  // [n_head * r][nope]                 attn_k_b
   WeightView v_b;                  // [n_head * v_dim][r]                attn_v_b
+  // The heads this rank computes: the model's n_head, or under --tp its slice, whose rows of
+  // attn_q / attn_q_b, k_b and v_b the views above then hold (the latent, kv_a, is every rank's).
+  int64_t n_head = 0;
 
   bool enabled() const { return kv_a.data != nullptr; }
 };
@@ -46,7 +49,7 @@ struct MlaLayerWeights {
 MlaLayerWeights load_mla_layer(const gguf::GgufFile& file, const ModelConfig& c, int64_t layer,
                                std::vector<std::vector<float>>& owned_vectors, WeightView& q);
 
-// Buffers reused across layers and steps.
+// Buffers reused across layers and steps (n_head: the layer weights' heads).
 struct MlaScratch {
   std::vector<float> q;         // [T][n_head][nope + rope]
   std::vector<float> q_latent;  // [T][q_lora_rank]

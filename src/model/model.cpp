@@ -90,10 +90,6 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& 
     fail("{}: architecture '{}' normalizes q and k across all heads at once, which --tp cannot split yet",
          model->file_->name(), model->config_.architecture);
   }
-  if (request.tp_size > 1 && model->config_.mla.enabled()) {
-    fail("{}: tensor parallelism (--tp) does not support latent attention ('{}') yet (pipeline parallelism, --pp, "
-         "does)", path, model->config_.architecture);
-  }
   // The FFN split's unit: whole blocks of ffn_down's format (the same type in every layer of the
   // files llama.cpp writes; a mixed file uses the largest block).
   int64_t ff_align = 1;
@@ -297,11 +293,26 @@ void Model::load_layer(int64_t il) {
   load_dense_mlp(il);
 }
 
-// Latent attention (mla_attention.h): one rank, whole heads. attn_q (if any) is wq, which the
-// per-tensor tools (eval --per-tensor) can swap; the other latent tensors they skip.
+// Latent attention (mla_attention.h). attn_q (if any) is wq, which the per-tensor tools (eval
+// --per-tensor) can swap; the other latent tensors they skip. Under --tp each rank computes its
+// query heads (their rows of attn_q / attn_q_b, attn_k_b and attn_v_b, in place) against the one
+// latent KV head, which every rank computes and caches whole (plan_model_shard gives every rank
+// KV head 0: the latent's size does not divide by heads).
 void Model::load_mla_layer_attention(int64_t il) {
   LayerWeights& l = weights_.layers[size_t(il)];
   l.mla = load_mla_layer(*file_, config_, il, owned_vectors_, l.wq);
+  const RankSlice& me = shard_.mine();
+  if (me.n_head() == config_.n_head) return;
+  const MlaConfig& m = config_.mla;
+  const int64_t h0 = me.q_head_begin, h1 = me.q_head_end, qd = m.q_head_dim();
+  if (m.q_lora_rank > 0) {
+    l.mla.q_b = rows_of(l.mla.q_b, h0 * qd, h1 * qd);
+  } else {
+    l.wq = rows_of(l.wq, h0 * qd, h1 * qd);
+  }
+  l.mla.k_b = rows_of(l.mla.k_b, h0 * m.kv_lora_rank, h1 * m.kv_lora_rank);
+  l.mla.v_b = rows_of(l.mla.v_b, h0 * m.v_dim, h1 * m.v_dim);
+  l.mla.n_head = me.n_head();
 }
 
 void Model::load_attention(int64_t il) {

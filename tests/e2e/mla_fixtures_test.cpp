@@ -293,10 +293,24 @@ TEST(MlaModelLoad, BadFilesAreClearErrors) {
                                                    return true;
                                                  }),
                           {"blk.2.exp_probs_b.bias"});
-  // Tensor parallelism cannot split the shared latent head.
-  ShardRequest tp;
-  tp.tp_size = 2;
-  test::expect_load_error(fixture_gguf("deepseek2_lite"), {"--tp", "latent attention"}, tp);
+  // Tensor parallelism splits the query heads; the one latent KV head is every rank's (the forward
+  // pass under mpirun: distributed_test).
+  for (const char* name : {"deepseek2_lite", "deepseek2"}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      const auto part = Model::load(fixture_gguf(name), ShardRequest{2, rank, 1, 0, false});
+      const RankSlice& me = part->shard().mine();
+      EXPECT_EQ(me.n_head(), 2) << name;
+      EXPECT_EQ(me.n_head_kv(), 1) << name;
+      const MlaLayerWeights& m = part->weights().layers[0].mla;
+      const MlaConfig& mla = part->config().mla;
+      EXPECT_EQ(m.n_head, 2) << name;
+      EXPECT_EQ(m.k_b.rows, 2 * mla.kv_lora_rank) << name;
+      EXPECT_EQ(m.v_b.rows, 2 * mla.v_dim) << name;
+      EXPECT_EQ(m.kv_a.rows, mla.kv_lora_rank + mla.rope_dim) << name;
+      EXPECT_EQ(mla.q_lora_rank > 0 ? m.q_b.rows : part->weights().layers[0].wq.rows, 2 * mla.q_head_dim()) << name;
+      EXPECT_EQ(part->weights().layers[0].wo.cols, 2 * mla.v_dim) << name;
+    }
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "loader/gguf_reader.h"
 #include "model/model.h"
 #include "runner/model_runner.h"
+#include "moe_split_check.h"
 #include "test_paths.h"
 
 namespace kestrel {
@@ -105,6 +106,22 @@ TEST(GenModelMoe, DeepseekV2LitePresetCountsTotalAndActiveParameters) {
   const int64_t vocab_rows = (102400 - p.n_vocab) * p.n_embd;
   EXPECT_EQ(p.parameter_count() + 2 * vocab_rows, 15706484224);
   EXPECT_EQ(p.active_parameter_count() + vocab_rows, 2451437056);
+}
+
+// Tensor parallelism over quantized expert stacks (tiny-moe: 8 experts of 128 channels): each
+// rank's gate/up rows and down columns are whole blocks of the file's format, repacked.
+TEST(GenModelMoe, TensorParallelPartsOfQuantizedExpertsAddUp) {
+  for (const char* type : {"Q8_0", "Q4_0"}) {
+    GenModelOptions o;
+    o.preset = "tiny-moe";
+    o.type = type;
+    o.pure = true;
+    o.output = test::scratch_dir(std::string("gen_model_moe_tp_") + type) + "/model.gguf";
+    o.num_threads = 2;
+    o.gpt2_vocab_gguf = test::shared_model_path("llama.cpp-vocab/ggml-vocab-gpt-2.gguf");
+    generate_model(o);
+    test::expect_tp_parts_add_up(o.output, 1);
+  }
 }
 
 }  // namespace

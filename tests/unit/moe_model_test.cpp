@@ -20,6 +20,7 @@
 #include "loader/gguf_writer.h"
 #include "model/model.h"
 #include "model/moe_ffn.h"
+#include "moe_split_check.h"
 #include "quant/format.h"
 #include "runner/model_runner.h"
 #include "reference_logits.h"
@@ -283,59 +284,7 @@ TEST(MoeModel, TensorParallelSplitsEachExpertsChannels) {
   for (const char* arch : {"llama", "qwen2moe"}) {
     MoeFileOptions o;
     o.arch = arch;
-    const std::string path = write_moe_model(std::string("tp_") + arch, o);
-    const auto whole = Model::load(path);
-    const ModelConfig& c = whole->config();
-    const MoeLayerWeights& full = whole->weights().layers[1].moe;
-    ASSERT_TRUE(full.has_experts());
-    auto backend = make_cpu_backend(2);
-    const int64_t T = 5;
-    std::mt19937 rng(7);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> x(size_t(T * c.n_embd));
-    for (float& v : x) v = normal(rng);
-    auto run = [&](const MoeLayerWeights& w) {
-      MoeScratch scratch;
-      std::vector<float> out(size_t(T * w.n_out));
-      moe_ffn(*backend, c.moe, w, GatedActivation::Silu, x.data(), T, scratch, out.data());
-      return out;
-    };
-    const std::vector<float> want = run(full);
-    std::vector<float> sum(want.size(), 0.0f), rows;
-    int64_t channels = 0;
-    for (int rank = 0; rank < 2; ++rank) {
-      const auto part = Model::load(path, ShardRequest{2, rank, 1, 0, false});
-      const MoeLayerWeights& m = part->weights().layers[1].moe;
-      EXPECT_EQ(m.n_out, c.n_embd);
-      EXPECT_EQ(m.gate_stack.rows, kExperts * m.n_ff_expert);
-      EXPECT_EQ(m.down_stack.cols, m.n_ff_expert);
-      channels += m.n_ff_expert;
-      if (std::string(arch) == "qwen2moe") {
-        EXPECT_EQ(m.shared_down.cols, m.shared_gate.rows) << arch;
-      }
-      const std::vector<float> got = run(m);
-      for (size_t i = 0; i < sum.size(); ++i) sum[i] += got[i];
-
-      const auto det = Model::load(path, ShardRequest{2, rank, 1, 0, true});
-      const MoeLayerWeights& d = det->weights().layers[1].moe;
-      EXPECT_EQ(d.n_ff_expert, full.n_ff_expert);
-      const RankSlice& me = det->shard().mine();
-      EXPECT_EQ(d.n_out, me.n_embd());
-      const std::vector<float> own = run(d);
-      for (int64_t t = 0; t < T; ++t) {
-        for (int64_t i = 0; i < d.n_out; ++i) {
-          const float a = own[size_t(t * d.n_out + i)], b = want[size_t(t * c.n_embd + me.embd_begin + i)];
-          ASSERT_EQ(std::memcmp(&a, &b, sizeof a), 0) << arch << " rank " << rank << " token " << t << " row " << i;
-        }
-      }
-    }
-    EXPECT_EQ(channels, full.n_ff_expert) << arch;
-    double scale = 0.0, worst = 0.0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      scale = std::max(scale, std::fabs(double(want[i])));
-      worst = std::max(worst, std::fabs(double(sum[i]) - want[i]));
-    }
-    EXPECT_LT(worst, 1e-5 * scale + 1e-6) << arch << ": the ranks' partial sums do not add up to the layer";
+    test::expect_tp_parts_add_up(write_moe_model(std::string("tp_") + arch, o), 1);
   }
   // Pipeline stages load their own layers' experts only.
   const std::string path = write_moe_model("tp", {});

@@ -56,6 +56,16 @@ def write_llama_header(w, n_layer, n_embd, n_ff, n_head, n_head_kv, eps, ctx=256
     w.add_rope_dimension_count(n_embd // n_head)
 
 
+def add_tensors_and_close(w, tensors):
+    """Adds name -> array tensors to a GGUFWriter and writes the file."""
+    for name, t in tensors.items():
+        w.add_tensor(name, t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def special_rows(rng):
     """Rows of 256 with the shapes that stress a quantizer: one block each."""
     rows = [
@@ -99,12 +109,7 @@ def synthetic_model(path, n_layer, tied, seed):
     w = gguf.GGUFWriter(path, "llama")
     write_llama_header(w, n_layer, N_EMBD, N_FF, 4, 4, 1e-5)
     w.add_file_type(0)
-    for name, t in tensors.items():
-        w.add_tensor(name, t)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    add_tensors_and_close(w, tensors)
     return tensors
 
 

@@ -33,6 +33,8 @@ import tempfile
 import numpy as np
 import gguf
 
+from gen_quant_fixtures import add_tensors_and_close
+
 # llama-quantize's names for the file types Kestrel writes (its QUANT_OPTIONS; Q1_0/Q2_0 are not
 # Kestrel types, and its Q3_K/Q4_K/Q5_K aliases are Kestrel's pure types, not compared here).
 FTYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q2_K_S", "Q3_K_S", "Q3_K_M", "Q3_K_L",
@@ -125,12 +127,7 @@ def write_model(path, spec, seed):
             w.add_expert_feed_forward_length(n_ff)
             w.add_expert_shared_feed_forward_length(n_ff)
     w.add_file_type(0)
-    for tname, a in tensors.items():
-        w.add_tensor(tname, a)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    add_tensors_and_close(w, tensors)
     return tensors
 
 
@@ -141,17 +138,14 @@ def write_imatrix(path, tensors):
     w.add_array("imatrix.datasets", ["synthetic"])
     w.add_uint32("imatrix.chunk_count", 1)
     w.add_uint32("imatrix.chunk_size", 512)
+    entries = {}
     for name, a in tensors.items():
         if a.ndim < 2 or not name.endswith(".weight"):
             continue
         n_mat = a.shape[0] if a.ndim == 3 else 1
-        cols = a.shape[-1]
-        w.add_tensor(name + ".in_sum2", np.full((n_mat, cols), 512.0, np.float32))
-        w.add_tensor(name + ".counts", np.full((n_mat, 1), 512.0, np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        entries[name + ".in_sum2"] = np.full((n_mat, a.shape[-1]), 512.0, np.float32)
+        entries[name + ".counts"] = np.full((n_mat, 1), 512.0, np.float32)
+    add_tensors_and_close(w, entries)
 
 
 LINE = re.compile(r"\[\s*\d+/\s*\d+\]\s+(\S+)\s+-.*?type =\s*(\S+),.*?size =.*?(?:\((\S+)\))?\s*$")

@@ -324,6 +324,19 @@ TEST(AwqStories260K, ShortTextAndMissingTypesAreClearErrors) {
 using test::CommandResult;
 using test::run_kestrel;
 
+struct ErrorCase {
+  std::string args, message;
+};
+
+// `kestrel quantize MODEL OUT ARGS` fails (exit 1) with a message containing the case's.
+void expect_quantize_errors(const std::string& model, const std::string& out, const std::vector<ErrorCase>& cases) {
+  for (const ErrorCase& c : cases) {
+    const CommandResult r = run_kestrel("quantize " + model + " " + out + " " + c.args);
+    EXPECT_EQ(r.exit_code, 1) << c.args;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
+  }
+}
+
 // A Llama-shaped F32 GGUF with rows of 256 (2 layers, n_gqa 1), enough for `kestrel quantize`'s
 // plans: stories260K's rows of 64 make every 256-block type fall back.
 std::string write_wide_model(const std::string& dir) {
@@ -366,9 +379,6 @@ TEST(QuantizeCli, LlamaQuantizeFileTypesAndOptions) {
   const std::string dir = test::scratch_dir("quantize_cli_mix");
   const std::string model = write_wide_model(dir);
   const std::string out = dir + "/out.gguf";
-  struct Case {
-    std::string args, message;
-  };
   auto types_of = [&](const std::string& args) {
     const CommandResult r = run_kestrel("quantize " + model + " " + out + " " + args + " -t 2");
     EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
@@ -394,23 +404,23 @@ TEST(QuantizeCli, LlamaQuantizeFileTypesAndOptions) {
   EXPECT_EQ(types_of("Q4_0")["output.weight"], DType::Q6_K);
   const CommandResult listed = run_kestrel("quantize " + model + " " + out + " Q4_0 --pure -t 2");
   EXPECT_NE(listed.err.find("(Q4_0 --pure, rtn; 0 tensors fell back to a higher-precision type): 5 F32, 16 Q4_0"),
-            std::string::npos) << listed.err;
+            std::string::npos)
+      << listed.err;
 
-  for (const Case& c : std::vector<Case>{
-           {"Q2_K_S", "Q2_K_S needs an importance matrix (--imatrix FILE or --calib TEXT), as llama-quantize requires "
-                      "one for it: blk.0.attn_q.weight would be Q2_K"},
-           {"Q2_K_S --pure", "blk.0.attn_q.weight would be Q2_K"},
-           {"IQ2_XXS", "IQ2_XXS needs an importance matrix"},
-           {"IQ1_M --method rtn", "IQ1_M needs an importance matrix"},
-           {"IQ3_XXS", "blk.0.attn_q.weight would be IQ2_S"},  // IQ3_XXS gives attn_q/attn_k IQ2_S
-           {"IQ2_M --pure", "blk.0.attn_q.weight would be IQ2_S"},
-           {"IQ2_S --method awq --calib " + kStories, "IQ2_S needs an importance matrix"},
-           {"auto --pure", "--pure, --dry-run, --tensor-type and --leave-output-tensor do not apply to auto"},
-       }) {
-    const CommandResult r = run_kestrel("quantize " + model + " " + out + " " + c.args);
-    EXPECT_EQ(r.exit_code, 1) << c.args;
-    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
-  }
+  expect_quantize_errors(
+      model, out,
+      {
+          {"Q2_K_S",
+           "Q2_K_S needs an importance matrix (--imatrix FILE or --calib TEXT), as llama-quantize requires "
+           "one for it: blk.0.attn_q.weight would be Q2_K"},
+          {"Q2_K_S --pure", "blk.0.attn_q.weight would be Q2_K"},
+          {"IQ2_XXS", "IQ2_XXS needs an importance matrix"},
+          {"IQ1_M --method rtn", "IQ1_M needs an importance matrix"},
+          {"IQ3_XXS", "blk.0.attn_q.weight would be IQ2_S"},  // IQ3_XXS gives attn_q/attn_k IQ2_S
+          {"IQ2_M --pure", "blk.0.attn_q.weight would be IQ2_S"},
+          {"IQ2_S --method awq --calib " + kStories, "IQ2_S needs an importance matrix"},
+          {"auto --pure", "--pure, --dry-run, --tensor-type and --leave-output-tensor do not apply to auto"},
+      });
   // llama-quantize's per-tensor options: --tensor-type (first match wins), a file of them,
   // --leave-output-tensor.
   auto over = types_of("Q4_K_M --tensor-type attn_q=Q8_0 --tensor-type 'blk\\.1\\.ffn_(up|gate)=q5_k' "
@@ -437,17 +447,14 @@ TEST(QuantizeCli, LlamaQuantizeFileTypesAndOptions) {
   EXPECT_NE(dry.out.find("quant size = "), std::string::npos) << dry.out;
   EXPECT_NE(dry.out.find("this quantization requires an importance matrix"), std::string::npos) << dry.out;
   EXPECT_FALSE(std::ifstream(out).good()) << "--dry-run writes nothing";
-  for (const Case& c : std::vector<Case>{
-           {"Q4_K_M --tensor-type attn_q", "--tensor-type attn_q: expected PATTERN=TYPE"},
-           {"Q4_K_M --tensor-type =q8_0", "missing tensor name"},
-           {"Q4_K_M --tensor-type attn_q=", "missing quantization type"},
-           {"Q4_K_M --tensor-type attn_q=Q9_9", "--tensor-type Q9_9: not a type Kestrel can write"},
-           {"Q4_K_M --tensor-type 'attn_(q=q8_0'", "--tensor-type attn_(q: not a regular expression"},
-       }) {
-    const CommandResult r = run_kestrel("quantize " + model + " " + out + " " + c.args);
-    EXPECT_EQ(r.exit_code, 1) << c.args;
-    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
-  }
+  expect_quantize_errors(model, out,
+                         {
+                             {"Q4_K_M --tensor-type attn_q", "--tensor-type attn_q: expected PATTERN=TYPE"},
+                             {"Q4_K_M --tensor-type =q8_0", "missing tensor name"},
+                             {"Q4_K_M --tensor-type attn_q=", "missing quantization type"},
+                             {"Q4_K_M --tensor-type attn_q=Q9_9", "--tensor-type Q9_9: not a type Kestrel can write"},
+                             {"Q4_K_M --tensor-type 'attn_(q=q8_0'", "--tensor-type attn_(q: not a regular expression"},
+                         });
   // An importance matrix without an entry for a tensor that needs one: refused, naming it.
   ImportanceMatrix partial;
   partial.chunk_count = 1, partial.chunk_size = 64;
@@ -481,27 +488,22 @@ TEST(QuantizeCli, LlamaQuantizeFileTypesAndOptions) {
 TEST(GptqCli, OptionErrorsAreClear) {
   const std::string out = test::scratch_dir("gptq_cli_out") + "/out.gguf";
   const std::string text = test::shared_model_path("text/tinystories_val.txt");
-  struct Case {
-    std::string args, message;
-  };
-  for (const Case& c : std::vector<Case>{
-           {"INT4_ASYM_G32 --method gptq", "--method gptq needs a calibration text (--calib TEXT)"},
-           {"Q4_0 --method gptq --calib " + text + " --calib-ctx 64 --calib-chunks 2",
-            "no layer matrix of " + kStories + " is to become a type GPTQ can target"},
-           {"INT4_ASYM_G32 --method gptq --calib " + text + " --calib-ctx 4096 --calib-chunks 100",
-            "chunks of 4096 tokens, 100 asked for (--calib-chunks)"},
-           {"INT4_ASYM_G32 --method rtn --calib " + text, "--method rtn takes neither --imatrix nor --calib"},
-           {"INT4_ASYM_G32 --method imatrix", "--method imatrix needs an importance matrix"},
-           {"INT4_ASYM_G32 --method awq", "--method awq needs a calibration text (--calib TEXT)"},
-           {"INT4_ASYM_G32 --no-clip", "--no-clip is an AWQ option (--method awq)"},
-           {"W8A8 --method smoothquant", "--method smoothquant needs a calibration text (--calib TEXT)"},
-           {"W8A8 --alpha 0.7", "--alpha is a SmoothQuant option (--method smoothquant)"},
-           {"INT4_ASYM_G32 --output-tensor-type Q9_9", "--output-tensor-type Q9_9: not a type Kestrel can write"},
-       }) {
-    const CommandResult r = run_kestrel("quantize " + kStories + " " + out + " " + c.args);
-    EXPECT_EQ(r.exit_code, 1) << c.args;
-    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
-  }
+  expect_quantize_errors(
+      kStories, out,
+      {
+          {"INT4_ASYM_G32 --method gptq", "--method gptq needs a calibration text (--calib TEXT)"},
+          {"Q4_0 --method gptq --calib " + text + " --calib-ctx 64 --calib-chunks 2",
+           "no layer matrix of " + kStories + " is to become a type GPTQ can target"},
+          {"INT4_ASYM_G32 --method gptq --calib " + text + " --calib-ctx 4096 --calib-chunks 100",
+           "chunks of 4096 tokens, 100 asked for (--calib-chunks)"},
+          {"INT4_ASYM_G32 --method rtn --calib " + text, "--method rtn takes neither --imatrix nor --calib"},
+          {"INT4_ASYM_G32 --method imatrix", "--method imatrix needs an importance matrix"},
+          {"INT4_ASYM_G32 --method awq", "--method awq needs a calibration text (--calib TEXT)"},
+          {"INT4_ASYM_G32 --no-clip", "--no-clip is an AWQ option (--method awq)"},
+          {"W8A8 --method smoothquant", "--method smoothquant needs a calibration text (--calib TEXT)"},
+          {"W8A8 --alpha 0.7", "--alpha is a SmoothQuant option (--method smoothquant)"},
+          {"INT4_ASYM_G32 --output-tensor-type Q9_9", "--output-tensor-type Q9_9: not a type Kestrel can write"},
+      });
   // --calib without --imatrix computes the importance matrix first.
   const CommandResult im = run_kestrel("quantize " + kStories + " " + out + " Q4_K_M --calib " + text +
                                        " --calib-ctx 64 --calib-chunks 4 -t 2");

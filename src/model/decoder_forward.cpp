@@ -17,6 +17,7 @@
 // the embedding and output head on its vocabulary rows. A pipeline stage runs its layers only;
 // the runner moves the hidden state between stages.
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <iterator>
 
@@ -195,11 +196,45 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
     }
   };
   // The q/k norm of `x` [T][heads * head_dim] (QkNorm in model_config.h).
-  auto qk_norm = [&](float* x, const float* w, int64_t heads) {
+  // Under --tp a norm over all heads at once (OLMo 2, OLMoE) sees every rank's heads: the rows
+  // gathered whole (one copy of each KV head where ranks share one), normed as one process norms
+  // them, this rank's heads taken back (bitwise one process's values, in either TP mode).
+  auto whole_heads_norm = [&](float* x, const float* w, bool keys) {
+    const int64_t hd = c.head_dim, width = (keys ? c.n_head_kv : c.n_head) * hd;
+    std::vector<int64_t> widths;
+    for (const RankSlice& r : sh.slices) widths.push_back((keys ? r.n_head_kv() : r.n_head()) * hd);
+    const int64_t gathered_width = std::accumulate(widths.begin(), widths.end(), int64_t(0));
+    s.gathered_rows.resize(std::max(s.gathered_rows.size(), size_t(T * gathered_width)));
+    gather_rows(tp, x, T, widths, s, s.gathered_rows.data());
+    // Each head once, in head order: the ranks' parts are in rank order, and ranks that share a
+    // KV head hold the same copy of it (keep the first).
+    s.qk_whole.resize(size_t(T * width));
+    for (int64_t t = 0; t < T; ++t) {
+      int64_t column = 0, next_head = 0;
+      for (size_t r = 0; r < sh.slices.size(); ++r) {
+        const int64_t first = keys ? sh.slices[r].kv_head_begin : sh.slices[r].q_head_begin;
+        if (first == next_head && widths[r] > 0) {
+          std::copy_n(s.gathered_rows.data() + t * gathered_width + column, widths[r],
+                      s.qk_whole.data() + t * width + next_head * hd);
+          next_head += widths[r] / hd;
+        }
+        column += widths[r];
+      }
+      if (next_head * hd != width) fail("internal: {} of {} heads gathered for the q/k norm", next_head, width / hd);
+    }
+    norm(s.qk_whole.data(), w, nullptr, T, width, s.qk_whole.data());
+    const int64_t own = (keys ? me.kv_head_begin : me.q_head_begin) * hd, own_width = keys ? kv_width : q_width;
+    for (int64_t t = 0; t < T; ++t) std::copy_n(s.qk_whole.data() + t * width + own, own_width, x + t * own_width);
+  };
+  auto qk_norm = [&](float* x, const float* w, bool keys) {
+    const int64_t heads = keys ? n_head_kv : n_head;
     switch (c.qk_norm) {
       case QkNorm::None: return;
       case QkNorm::PerHead: norm(x, w, nullptr, T * heads, c.head_dim, x); return;
-      case QkNorm::Full: norm(x, w, nullptr, T, heads * c.head_dim, x); return;
+      case QkNorm::Full:
+        if (split) return whole_heads_norm(x, w, keys);
+        norm(x, w, nullptr, T, heads * c.head_dim, x);
+        return;
       case QkNorm::PerHeadEach:
         for (int64_t t = 0; t < T; ++t) {
           for (int64_t h = 0; h < heads; ++h) {
@@ -334,8 +369,8 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
     if (l.bq) backend.add_row(s.q.data(), l.bq, T, q_width);
     if (l.bk) backend.add_row(s.k.data(), l.bk, T, kv_width);
     if (l.bv) backend.add_row(s.v.data(), l.bv, T, kv_width);
-    qk_norm(s.q.data(), l.q_norm, n_head);
-    qk_norm(s.k.data(), l.k_norm, n_head_kv);
+    qk_norm(s.q.data(), l.q_norm, /*keys=*/false);
+    qk_norm(s.k.data(), l.k_norm, /*keys=*/true);
     // Gemma 3's local layers have their own RoPE base and no scaling (rope_scaling is global-only).
     const bool local_rope = sliding && c.rope_freq_base_sliding > 0.0f;
     rope.freq_base = local_rope ? c.rope_freq_base_sliding : c.rope_freq_base;

@@ -57,6 +57,7 @@ struct KvCacheView {
 struct ForwardScratch {
   std::vector<float> hidden, normed, q, k, v, attn, proj, gate, up, logits_in;
   std::vector<float> gathered, gathered_rows, own_rows, logits_local;  // tensor-parallel gathers
+  std::vector<float> qk_whole;  // [T][q or kv width]: q or k of every head, for a norm over all heads under --tp
   MoeScratch moe;                                                      // Mixture-of-Experts layers
   MlaScratch mla;                                                      // latent attention
   std::vector<float> values;                                           // [T][attn_out_width] (MLA)

@@ -86,10 +86,6 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& 
   model->file_ = is_hf_folder(path) ? load_hf_folder(path) : gguf::GgufFile::open(path);
   model->config_ = read_model_config(*model->file_);
   model->read_vocab_size();
-  if (request.tp_size > 1 && model->config_.qk_norm == QkNorm::Full) {
-    fail("{}: architecture '{}' normalizes q and k across all heads at once, which --tp cannot split yet",
-         model->file_->name(), model->config_.architecture);
-  }
   // The FFN split's unit: whole blocks of ffn_down's format (the same type in every layer of the
   // files llama.cpp writes; a mixed file uses the largest block).
   int64_t ff_align = 1;

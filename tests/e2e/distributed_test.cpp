@@ -1,10 +1,11 @@
 // One model over several processes under a real `mpirun` (Open MPI, ranks oversubscribed on this
 // machine's cores), against the same model in one process:
 //  - pipeline parallelism (--pp 2, pieces of every batch in flight) gives bitwise the logits of one
-//    process, on stories260K, the default Gemma 3 270M and seven architecture fixtures (phi3,
+//    process, on stories260K, the default Gemma 3 270M and nine architecture fixtures (phi3,
 //    starcoder2, cohere_qknorm: fused tensors, biases, LayerNorm, plain MLP, parallel block;
 //    qwen2_moe, qwen3_moe, deepseek2, deepseek2_lite: Mixture-of-Experts layers with and without
-//    a gated shared expert, latent attention with and without a query latent);
+//    a gated shared expert, latent attention with and without a query latent; olmo2, olmoe: q/k
+//    norms over all heads);
 //  - --tp-deterministic (TP 2 and 4, and TP 2 x PP 2) gives bitwise the logits of one process;
 //  - the Megatron split (partial sums all-reduced) gives the same greedy tokens except where the
 //    one-process top-2 gap is within the two runs' own numeric difference (Gemma 3 is that
@@ -123,10 +124,11 @@ class Distributed : public ::testing::TestWithParam<std::string> {
   // qwen2_moe and qwen3_moe: Mixture-of-Experts layers, each expert's channels split (the shared
   // expert's too), the router replicated; deepseek2 (query latent) and deepseek2_lite (attn_q):
   // latent attention, the query heads split and the latent KV head every rank's, and MoE with
-  // ungated shared experts after a dense first layer.
+  // ungated shared experts after a dense first layer; olmo2 and olmoe: q/k norms over all heads
+  // at once (the heads gathered for the norm).
   bool is_arch_fixture() const {
     for (const char* name : {"phi3", "starcoder2", "cohere_qknorm", "qwen2_moe", "qwen3_moe", "deepseek2",
-                             "deepseek2_lite"}) {
+                             "deepseek2_lite", "olmo2", "olmoe"}) {
       if (GetParam() == name) return true;
     }
     return false;
@@ -213,7 +215,7 @@ TEST_P(Distributed, TensorParallelKeepsGreedyTokensBeyondNumericNoise) {
 
 INSTANTIATE_TEST_SUITE_P(Models, Distributed,
                          ::testing::Values("stories", "gemma", "qwen", "phi3", "starcoder2", "cohere_qknorm",
-                                           "qwen2_moe", "qwen3_moe", "deepseek2", "deepseek2_lite"),
+                                           "qwen2_moe", "qwen3_moe", "deepseek2", "deepseek2_lite", "olmo2", "olmoe"),
                          [](const auto& info) { return info.param; });
 
 TEST(DistributedErrors, MismatchedRanksEndTheGroupWithANamedError) {

@@ -42,9 +42,16 @@ GroupMember join_group(const ParallelOptions& o, const std::string& model_path) 
   }
   if (p.distributed() && p.is_root()) {
     const ModelShard& s = member.model->shard();
-    fmt::print(stderr, "kestrel: {} ranks, {}; rank 0 holds layers {}-{}, {} of {} heads, {} of {} FFN channels\n",
-               p.world_size(), p.describe(), s.layer_begin, s.layer_end - 1, s.mine().n_head(),
-               member.model->config().n_head, s.mine().n_ff(), member.model->config().n_ff);
+    const ModelConfig& c = member.model->config();
+    // A MoE model's FFN work is its experts': each expert's channels this rank holds.
+    std::string experts;
+    for (int64_t il = s.layer_begin; il < s.layer_end && experts.empty(); ++il) {
+      const MoeLayerWeights& m = member.model->weights().layers[size_t(il)].moe;
+      if (m.has_experts()) experts = fmt::format(", {} of {} channels of each expert", m.n_ff_expert, c.moe.n_ff_expert);
+    }
+    fmt::print(stderr, "kestrel: {} ranks, {}; rank 0 holds layers {}-{}, {} of {} heads, {} of {} FFN channels{}\n",
+               p.world_size(), p.describe(), s.layer_begin, s.layer_end - 1, s.mine().n_head(), c.n_head,
+               s.mine().n_ff(), c.n_ff, experts);
   }
   return member;
 }

@@ -47,6 +47,7 @@ struct QuantizeOptions {
   bool pure = false;  // --pure: the recipe's base type for every matrix
   bool dry_run = false;
   bool leave_output = false;
+  bool allow_requantize = false;
   std::vector<std::string> tensor_types;  // --tensor-type PATTERN=TYPE, in order
   std::string tensor_type_file;
   double damp = 0.01;
@@ -293,6 +294,24 @@ void print_plan(const std::string& input, const QuantRecipe& recipe) {
   }
 }
 
+// As llama-quantize: a tensor that is already quantized (Q4_K, IQ2_XXS, ...) is only re-encoded in
+// another type with --allow-requantize (its rounding errors add to the new ones: quantize from
+// F16/F32 where the original exists).
+void refuse_requantizing(const std::string& input, const QuantRecipe& recipe) {
+  const auto file = gguf::GgufFile::open(input);
+  const std::vector<QuantChoice> plan = requantize_plan(*file, recipe);
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const gguf::TensorInfo& t = file->tensors()[i];
+    const bool quantized = t.type != DType::F32 && t.type != DType::F16 && t.type != DType::BF16 &&
+                           quant::find_format(t.type) != nullptr;
+    if (plan[i].type != t.type && quantized) {
+      fail("{}: tensor '{}' is already quantized ({}); re-encoding it as {} adds a second rounding: quantize from "
+           "the F16/F32 model, or pass --allow-requantize (as llama-quantize asks)",
+           input, t.name, dtype_name(t.type), dtype_name(plan[i].type));
+    }
+  }
+}
+
 // llama-quantize refuses to write the lowest-bit types without an importance matrix; so does this,
 // naming the first tensor that would need one.
 void refuse_without_imatrix(const std::string& input, const QuantRecipe& recipe) {
@@ -312,6 +331,7 @@ void quantize_mixed(const QuantizeOptions& o) {
     fail("--pure, --dry-run, --tensor-type and --leave-output-tensor do not apply to auto, which chooses a type per matrix");
   }
   if (o.calib.empty()) fail("auto needs a calibration text (--calib TEXT): it measures each tensor's KL divergence on it");
+  if (!o.allow_requantize) refuse_requantizing(o.input, pure_quant_recipe(DType::Q4_K));
   if (!o.method.empty() && o.method != "imatrix") fail("auto quantizes with importance weights; --method {} does not apply", o.method);
   if (!o.output_type.empty() || !o.embedding_type.empty()) {
     fail("auto chooses the output and embedding types itself; --output-tensor-type / --token-embedding-type do not apply");
@@ -344,6 +364,7 @@ void quantize(const QuantizeOptions& o) {
   // plans made before it (GPTQ's, AWQ's) must choose as it will.
   recipe->has_imatrix = method == "imatrix" || method == "gptq" || method == "awq-gptq";
   if (o.dry_run) return print_plan(o.input, *recipe);
+  if (!o.allow_requantize) refuse_requantizing(o.input, *recipe);
   if (!recipe->has_imatrix) refuse_without_imatrix(o.input, *recipe);
   if (method == "rtn" && (!o.imatrix.empty() || !o.calib.empty())) {
     fail("--method rtn takes neither --imatrix nor --calib");
@@ -461,6 +482,8 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("--tensor-type-file", options->tensor_type_file, "--tensor-type entries, separated by spaces or newlines")
       ->check(existing_file());
   cmd->add_flag("--leave-output-tensor", options->leave_output, "keep output.weight as it is (as llama-quantize)");
+  cmd->add_flag("--allow-requantize", options->allow_requantize,
+                "re-encode tensors that are already quantized (refused without it, as llama-quantize does)");
   cmd->add_option("-t,--threads", options->threads, "threads (default: the available CPUs)")
       ->check(int_range(1, 1024));
   cmd->add_option("--output-tensor-type", options->output_type, "type of output.weight (as llama-quantize)");

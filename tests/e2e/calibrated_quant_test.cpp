@@ -455,6 +455,15 @@ TEST(QuantizeCli, LlamaQuantizeFileTypesAndOptions) {
                              {"Q4_K_M --tensor-type attn_q=Q9_9", "--tensor-type Q9_9: not a type Kestrel can write"},
                              {"Q4_K_M --tensor-type 'attn_(q=q8_0'", "--tensor-type attn_(q: not a regular expression"},
                          });
+  // An already quantized input is re-encoded only with --allow-requantize (as llama-quantize).
+  const std::string q4 = dir + "/q4.gguf";
+  ASSERT_EQ(run_kestrel("quantize " + model + " " + q4 + " Q4_0 --pure -t 2").exit_code, 0);
+  const CommandResult again = run_kestrel("quantize " + q4 + " " + out + " Q8_0 -t 2");
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.err.find("tensor 'token_embd.weight' is already quantized (Q4_0); re-encoding it as Q8_0 adds a "
+                           "second rounding"), std::string::npos) << again.err;
+  EXPECT_EQ(run_kestrel("quantize " + q4 + " " + out + " Q8_0 --allow-requantize -t 2").exit_code, 0);
+  EXPECT_EQ(run_kestrel("quantize " + q4 + " " + out + " Q4_0 --pure -t 2").exit_code, 0) << "nothing re-encoded";
   // An importance matrix without an entry for a tensor that needs one: refused, naming it.
   ImportanceMatrix partial;
   partial.chunk_count = 1, partial.chunk_size = 64;

@@ -1,7 +1,7 @@
 // AVX2 kernels for the non-linear 4-bit formats (quant/blocks.h): llama.cpp's IQ4_NL and
 // bitsandbytes' NF4 against Q8_0 activations (the grouped layout of kernels_q8_common.h, NB = 2)
-// and IQ4_XS against Q8_K (the plain layout of kernels_q8k_common.h). The AVX-512 table uses
-// these too.
+// and IQ4_XS against Q8_K (the plain layout of kernels_q8k_common.h). The AVX-512 table has
+// kernels of its own for all three (kernels_q8_avx512.cpp, kernels_iq_avx512.cpp).
 //
 // A nibble indexes one of 16 signed levels in [-127, 113]; one byte shuffle (pshufb, the table in
 // each 128-bit lane) turns 32 nibbles into 32 int8 levels. maddubs needs an unsigned operand and

@@ -1,5 +1,5 @@
 // AVX-512 VNNI kernels for the formats whose activations are Q8_0 or Q8_1: Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1, INT8_PC, INT4_SYM_G32/64/128 (G32 is byte-identical to Q4_0), INT4_ASYM_G32/64/128
+// Q5_1, IQ4_NL, NF4, INT8_PC, INT4_SYM_G32/64/128 (G32 is byte-identical to Q4_0), INT4_ASYM_G32/64/128
 // (G32 is byte-identical to Q4_1), INT4_ZP_G32/64/128 and INT3_ASYM_G64/128, INT2_ASYM_G64/128.
 //
 // One step is 128 elements = four activation blocks of 32. A weight decoder turns a step of a
@@ -173,6 +173,27 @@ using Q4_0Decoder = G32Decoder<18, 2, -1, false, 8>;
 using Q4_1Decoder = G32Decoder<20, 4, -1, true, 0>;
 using Q5_0Decoder = G32Decoder<22, 6, 2, false, 16>;
 using Q5_1Decoder = G32Decoder<24, 8, 4, true, 0>;
+
+// IQ4_NL: Q4_0's bytes, each nibble an index into llama.cpp's 16 non-linear levels (kIQ4Levels,
+// -127 .. 113), stored + 128 (1 .. 241, unsigned for dpbusd; C = 128 in the activations'
+// correction): Q4_0's decoding, then one vpshufb per vector (the table in every 128-bit lane).
+struct Iq4NlDecoder : G32Decoder<18, 2, -1, false, 128> {
+  using Base = G32Decoder<18, 2, -1, false, 128>;
+  static constexpr ByteIndex kLevels = [] {
+    ByteIndex table{};
+    for (int i = 0; i < 64; ++i) table.b[i] = uint8_t(int(quant::kIQ4Levels[i % 16]) + 128);
+    return table;
+  }();
+  static WeightStep levels(WeightStep w) {
+    const __m512i table = _mm512_load_si512(kLevels.b);
+    w.a = _mm512_shuffle_epi8(table, w.a);
+    w.b = _mm512_shuffle_epi8(table, w.b);
+    return w;
+  }
+  static WeightStep decode(const uint8_t* data, int64_t s) { return levels(Base::decode(data, s)); }
+  // Past a partial quad the scales are 0, so whatever the padding's nibbles look up adds nothing.
+  static WeightStep decode_tail(const uint8_t* p, int64_t valid) { return levels(Base::decode_tail(p, valid)); }
+};
 
 // INT8_PC: an F32 row scale, then int8 values; levels q + 128; the row scale is applied at the end.
 struct Int8PcDecoder {
@@ -386,6 +407,79 @@ struct QuadKernel {
   }
 };
 
+// NF4 (quant/blocks.h): blocks of 64 (34 bytes: F16 d, 32 bytes of nibbles, element i in byte
+// i % 32, low nibble for i < 32), two blocks a step, their nibbles placed as Int4Decoder<64>'s.
+// The int16 levels (code * 16256) split exactly into 128 * hi + lo (int8 hi, |lo| <= 64); the
+// kernel looks up two unsigned planes, hi + 128 and lo + 64, and with corr = -128 x (the lane's
+// activation sum) its int32 lanes are
+//   128 * (corr + dpbusd(hi planes)) + (corr / 2 + dpbusd(lo planes))   = the exact sum of level x q
+// (at most 8 x 127 x 127 x 128 + 8 x 64 x 127 in magnitude), scaled by (d / 16256) x d_a as the
+// reference and the AVX2 kernel scale them.
+// NF4's hi + 128 (high) or lo + 64 plane for each nibble, in every 128-bit lane.
+constexpr ByteIndex nf4_plane(bool high) {
+  ByteIndex t{};
+  for (int i = 0; i < 64; ++i) {
+    t.b[i] = high ? uint8_t(quant::nf4_level_high(i % 16) + 128) : uint8_t(quant::nf4_level_low(i % 16) + 64);
+  }
+  return t;
+}
+struct Nf4QuadKernel {
+  using Layout = Q8Layout<4, false>;
+  static constexpr int kRows = 8, kTokens = 2, kDecodeRows = 4;
+  // A decoded step is five vectors (320 bytes): 8 rows x 8 steps keep the pack at 20 KB of L1.
+  static constexpr int64_t kPackSteps = 8;
+  static constexpr int64_t kBlockBytes = 34, kStepBytes = 2 * kBlockBytes;
+  static constexpr int C = 128;
+  using Acc = __m512;
+  using A = QuadKernel<Iq4NlDecoder>::A;
+  struct W {
+    __m512i high_a, high_b, low_a, low_b;
+    __m512 scale;  // each lane's block d / 16256
+  };
+  static constexpr ByteIndex kHigh = nf4_plane(true), kLow = nf4_plane(false);
+  static int64_t steps(int64_t k) { return (k + 127) / 128; }
+  static int64_t direct_steps(int64_t k) { return k / 128; }
+  static Acc zero() { return _mm512_setzero_ps(); }
+  static W decode(const uint8_t* p) {
+    // [B0 q0:16, B0 q16:32, B1 q0:16, B1 q16:32]; 128-bit lanes 1 and 3 take the high nibbles.
+    const __m512i y = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(p + 2))),
+                                         _mm256_loadu_si256((const __m256i*)(p + kBlockBytes + 2)), 1);
+    const __m512i shift = _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0, 0,
+                                            0x0004000400040004, 0x0004000400040004);
+    const __m512i ia = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(2, 2, 0, 0)), shift));
+    const __m512i ib = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(3, 3, 1, 1)), shift));
+    const __m512i high = _mm512_load_si512(kHigh.b), low = _mm512_load_si512(kLow.b);
+    // d / 16256 per block, as the reference scales (one 4-lane division per step).
+    const uint32_t h = uint32_t(load_u16(p)) | uint32_t(load_u16(p + kBlockBytes)) << 16;
+    const __m128 d = _mm_div_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(int(h))), _mm_set1_ps(float(quant::kNF4LevelScale)));
+    const __m512 scale = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                               _mm512_castps128_ps512(d));
+    return {_mm512_shuffle_epi8(high, ia), _mm512_shuffle_epi8(high, ib), _mm512_shuffle_epi8(low, ia),
+            _mm512_shuffle_epi8(low, ib), scale};
+  }
+  static W load_w(const uint8_t* row, int64_t s) {
+    const uint8_t* p = row + s * kStepBytes;
+    prefetch_ahead(p, 256);
+    return decode(p);
+  }
+  static W load_w_tail(const uint8_t* row, int64_t s, int64_t k) {
+    // One block left (k is a multiple of 64): the second decodes from zeros with d = 0.
+    alignas(64) uint8_t step[kStepBytes] = {};
+    std::memcpy(step, row + s * kStepBytes, size_t((k - s * 128) / 64 * kBlockBytes));
+    return decode(step);
+  }
+  static A load_a(const uint8_t* act, int64_t s) { return QuadKernel<Iq4NlDecoder>::load_a(act, s); }
+  static void mac(Acc& acc, const W& w, const A& a) {
+    __m512i high = _mm512_dpbusd_epi32(a.corr, w.high_a, a.qa);
+    high = _mm512_dpbusd_epi32(high, w.high_b, a.qb);
+    __m512i low = _mm512_dpbusd_epi32(_mm512_srai_epi32(a.corr, 1), w.low_a, a.qa);
+    low = _mm512_dpbusd_epi32(low, w.low_b, a.qb);
+    const __m512i lanes = _mm512_add_epi32(_mm512_slli_epi32(high, 7), low);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes), _mm512_mul_ps(w.scale, a.da), acc);
+  }
+  static float finish(Acc acc, const uint8_t*) { return hsum(acc); }
+};
+
 template <class D>
 constexpr FormatKernels make_kernels(DType type) {
   return {type, Q8Layout<4, D::kAsym>::row_bytes, convert_q8_groups<4, D::kAsym, D::C>,
@@ -397,6 +491,9 @@ constexpr FormatKernels kQ4_0 = make_kernels<Q4_0Decoder>(DType::Q4_0);
 constexpr FormatKernels kQ4_1 = make_kernels<Q4_1Decoder>(DType::Q4_1);
 constexpr FormatKernels kQ5_0 = make_kernels<Q5_0Decoder>(DType::Q5_0);
 constexpr FormatKernels kQ5_1 = make_kernels<Q5_1Decoder>(DType::Q5_1);
+constexpr FormatKernels kIq4Nl = make_kernels<Iq4NlDecoder>(DType::IQ4_NL);
+constexpr FormatKernels kNf4{DType::NF4, Q8Layout<4, false>::row_bytes, convert_q8_groups<4, false, Nf4QuadKernel::C>,
+                             matmul_tile<Nf4QuadKernel>};
 constexpr FormatKernels kInt8Pc = make_kernels<Int8PcDecoder>(DType::INT8_PC);
 constexpr FormatKernels kInt4Sym32 = make_kernels<Q4_0Decoder>(DType::INT4_SYM_G32);
 using H = Int4Header;
@@ -422,6 +519,8 @@ const FormatKernels* avx512_q8_kernels(DType weight_type) {
     case DType::Q4_1: return &kQ4_1;
     case DType::Q5_0: return &kQ5_0;
     case DType::Q5_1: return &kQ5_1;
+    case DType::IQ4_NL: return &kIq4Nl;
+    case DType::NF4: return &kNf4;
     case DType::INT8_PC: return &kInt8Pc;
     case DType::INT4_SYM_G32: return &kInt4Sym32;
     case DType::INT4_SYM_G64: return &kInt4Sym64;

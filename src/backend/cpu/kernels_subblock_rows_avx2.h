@@ -1,5 +1,6 @@
-// The AVX2 prefill tile shared by the Q8_K formats whose decoded sub-block is a magnitude, a sign
-// source and a scale (IQ4_XS in kernels_iq4_avx2.cpp, IQ3_XXS/IQ3_S in kernels_iq3_avx2.cpp): the
+// The AVX2 prefill tile for the Q8_K formats whose decoded sub-block is a magnitude, a sign source
+// and a scale (IQ4_XS in kernels_iq4_avx2.cpp; IQ3_XXS/IQ3_S, whose levels fit the unsigned
+// offset form, use kernels_kquant16_avx2.h's faster tile instead): the
 // sign trick (maddubs(magnitude, sign(q_a, source))) needs each product on its own madd with the
 // scale, so interleaving rows saves no multiplies; what pays is loading each decoded vector once
 // for 4 tokens and each activation vector once for 2 rows. For batches of at least

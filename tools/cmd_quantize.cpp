@@ -141,9 +141,12 @@ std::map<std::string, EncodedTensor> gptq_tensors(const std::string& input, cons
     progress.clear();
     const double ratio = r.stats.proxy_loss_baseline > 0 ? r.stats.proxy_loss / r.stats.proxy_loss_baseline : 0.0;
     const char* baseline = quant::require_format(r.type).quantize_row_weighted != nullptr ? "imatrix" : "RTN";
-    fmt::print(stderr, "gptq: {:<28} {:>6} x {:<6} {}  output error vs {} {:.3f}{}{}{}  {:.1f} s\n", r.name, r.rows,
+    fmt::print(stderr, "gptq: {:<28} {:>6} x {:<6} {}  output error vs {} {:.3f}{}{}{}{}  {:.1f} s\n", r.name, r.rows,
                r.cols, dtype_name(r.type), baseline, ratio,
                r.stats.kept_baseline ? fmt::format(" (kept {}'s)", baseline) : "",
+               r.experts > 0 ? fmt::format("  {} experts, {} no calibration token chose (round to nearest)", r.experts,
+                                           r.unrouted_experts)
+                             : "",
                r.stats.dead_columns > 0 ? fmt::format("  {} dead columns", r.stats.dead_columns) : "",
                r.stats.damp_used != o.damp ? fmt::format("  damp raised to {}", r.stats.damp_used) : "", r.seconds);
     hessian_seconds += r.hessian_seconds;

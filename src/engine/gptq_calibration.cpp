@@ -1,5 +1,6 @@
 #include "engine/gptq_calibration.h"
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -41,6 +42,86 @@ class GptqLayerQuantizer : public ActivationObserver {
     }
   }
 
+  // A routed expert's input (its tokens' rows): its Hessian, then GPTQ of its rows of the gate and
+  // up stacks (they share the input) or of the down stack, into the stack's pending encoding.
+  void observe_stacked(int64_t layer, LinearKind kind, int64_t index, int64_t n_mat, const float* x, int64_t n,
+                       int64_t cols) override {
+    if (kind != LinearKind::ExpertGate && kind != LinearKind::ExpertUp && kind != LinearKind::ExpertDown) {
+      ActivationObserver::observe_stacked(layer, kind, index, n_mat, x, n, cols);  // refuses
+    }
+    importance_.observe_stacked(layer, kind, index, n_mat, x, n, cols);
+    if (kind == LinearKind::ExpertUp) return;  // done with the gate's (the same rows)
+    std::vector<LinearKind> readers = {kind};
+    if (kind == LinearKind::ExpertGate) readers.push_back(LinearKind::ExpertUp);
+    std::vector<std::pair<std::string, LinearKind>> todo;
+    for (LinearKind k : readers) {
+      std::string name = linear_tensor_name(layer, k);
+      if (targets_.count(name) != 0 && encoded_.count(name) == 0) todo.emplace_back(std::move(name), k);
+    }
+    if (todo.empty()) return;
+    const auto start = std::chrono::steady_clock::now();
+    calib::HessianAccumulator accumulator(cols);
+    accumulator.add(x, n, pool_);
+    const calib::Hessian hessian = accumulator.hessian();
+    const double hessian_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (const auto& [name, k] : todo) {
+      const WeightView& stack = model_.weights().layers[size_t(layer)].matrix(k);
+      PendingStack& p = pending(name, stack, n_mat);
+      const int64_t rows = stack.rows / n_mat;
+      const WeightView expert = MoeLayerWeights::expert_rows(stack, index, rows);
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::vector<float> w = dequantize_matrix(expert, pool_);
+      calib::GptqStats stats;
+      const std::vector<uint8_t> bytes = calib::gptq_quantize(p.type, w, rows, stack.cols, hessian, options_.gptq,
+                                                              pool_, &stats, options_.measure_loss);
+      std::copy(bytes.begin(), bytes.end(), p.bytes.begin() + std::ptrdiff_t(index * rows * p.row_bytes));
+      p.done[size_t(index)] = true;
+      p.samples += hessian.samples;
+      // The loss of the bytes returned (GptqOptions::keep_better may return the baseline's).
+      p.stats.proxy_loss += stats.kept_baseline ? stats.proxy_loss_baseline : stats.proxy_loss;
+      p.stats.proxy_loss_baseline += stats.proxy_loss_baseline;
+      p.stats.dead_columns += stats.dead_columns;
+      p.stats.damp_used = std::max(p.stats.damp_used, stats.damp_used);
+      p.hessian_seconds += hessian_seconds;
+      p.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+  }
+
+  // Every routed expert of the stack was shown: the experts no token chose are rounded to nearest
+  // (no Hessian to weigh them), and the forward pass reads the stack's encoding from here on.
+  void end_stacked(int64_t layer, LinearKind kind, int64_t n_mat) override {
+    const std::string name = linear_tensor_name(layer, kind);
+    const auto it = pending_.find(name);
+    if (it == pending_.end()) {
+      // A stack to quantize that no token reached at all: every expert by round to nearest.
+      if (targets_.count(name) == 0 || encoded_.count(name) != 0) return;
+      pending(name, model_.weights().layers[size_t(layer)].matrix(kind), n_mat);
+    }
+    PendingStack& p = pending_.at(name);
+    const WeightView& stack = model_.weights().layers[size_t(layer)].matrix(kind);
+    const int64_t rows = stack.rows / n_mat;
+    const quant::WeightFormat& format = quant::require_format(p.type);
+    int64_t unrouted = 0;
+    for (int64_t e = 0; e < n_mat; ++e) {
+      if (p.done[size_t(e)]) continue;
+      ++unrouted;
+      const std::vector<float> w = dequantize_matrix(MoeLayerWeights::expert_rows(stack, e, rows), pool_);
+      for (int64_t r = 0; r < rows; ++r) {
+        format.quantize_row(w.data() + r * stack.cols, p.bytes.data() + (e * rows + r) * p.row_bytes, stack.cols);
+      }
+    }
+    EncodedTensor& out = encoded_[name];
+    out.type = p.type;
+    out.method = "gptq";
+    out.bytes = std::move(p.bytes);
+    model_.replace_matrix(name, WeightView{p.type, stack.rows, stack.cols, out.bytes.data()});
+    GptqTensorReport report{name, p.type, stack.rows, stack.cols, p.samples, p.stats, p.hessian_seconds, p.seconds};
+    report.experts = n_mat;
+    report.unrouted_experts = unrouted;
+    pending_.erase(name);
+    if (on_tensor_) on_tensor_(report);
+  }
+
   std::map<std::string, EncodedTensor>& encoded() { return encoded_; }
   ImportanceMatrix& importance() { return importance_.matrix(); }
 
@@ -62,6 +143,28 @@ class GptqLayerQuantizer : public ActivationObserver {
     if (on_tensor_) on_tensor_(report);
   }
 
+  // A MoE stack being encoded expert by expert.
+  struct PendingStack {
+    DType type = DType::F32;
+    int64_t row_bytes = 0;
+    std::vector<uint8_t> bytes;  // [n_mat * rows] encoded rows
+    std::vector<bool> done;      // [n_mat]: encoded by GPTQ
+    int64_t samples = 0;
+    calib::GptqStats stats;
+    double hessian_seconds = 0.0, seconds = 0.0;
+  };
+  PendingStack& pending(const std::string& name, const WeightView& stack, int64_t n_mat) {
+    auto [it, fresh] = pending_.try_emplace(name);
+    if (fresh) {
+      PendingStack& p = it->second;
+      p.type = targets_.at(name);
+      p.row_bytes = quant::row_bytes(quant::require_format(p.type), stack.cols);
+      p.bytes.assign(size_t(stack.rows * p.row_bytes), 0);
+      p.done.assign(size_t(n_mat), false);
+    }
+    return it->second;
+  }
+
   Model& model_;
   const std::map<std::string, DType>& targets_;
   const GptqCalibrationOptions& options_;
@@ -69,6 +172,7 @@ class GptqLayerQuantizer : public ActivationObserver {
   ThreadPool pool_;
   ImatrixCollector importance_{/*include_output=*/false};
   std::map<std::string, EncodedTensor> encoded_;
+  std::map<std::string, PendingStack> pending_;
 };
 
 }  // namespace
@@ -81,7 +185,9 @@ std::map<std::string, EncodedTensor> gptq_quantize_model(
     if (!calib::gptq_supports(type)) fail("GPTQ cannot quantize '{}' to {}", name, dtype_name(type));
   }
   GptqLayerQuantizer quantizer(model, targets, o, on_tensor);
-  run_calibration_pass(model, tokens, o.pass, quantizer, "GPTQ");
+  CalibrationPass pass = o.pass;
+  pass.experts = true;  // expert stacks: one Hessian per expert from the tokens routed to it
+  run_calibration_pass(model, tokens, pass, quantizer, "GPTQ");
   if (imatrix != nullptr) {
     *imatrix = std::move(quantizer.importance());
     imatrix->chunk_count = o.pass.n_chunks;

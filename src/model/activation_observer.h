@@ -42,6 +42,10 @@ class ActivationObserver {
   // refuses (the default; the calibration pass refuses such models for those before any work).
   virtual void observe_stacked(int64_t layer, LinearKind kind, int64_t index, int64_t n_mat, const float* x,
                                int64_t n, int64_t cols);
+  // After the last observe_stacked of a MoE expert stack (every routed expert shown): the forward
+  // pass reads the stack only after this call, so an observer may replace the whole stack here
+  // (GPTQ's expert by expert encoding).
+  virtual void end_stacked(int64_t /*layer*/, LinearKind /*kind*/, int64_t /*n_mat*/) {}
 };
 
 // Who sees a block's matrix inputs, and as which layer (none: nobody).
@@ -53,6 +57,9 @@ struct LayerObserver {
   }
   void observe_stacked(LinearKind kind, int64_t index, int64_t n_mat, const float* x, int64_t n, int64_t cols) const {
     if (observer) observer->observe_stacked(layer, kind, index, n_mat, x, n, cols);
+  }
+  void end_stacked(LinearKind kind, int64_t n_mat) const {
+    if (observer) observer->end_stacked(layer, kind, n_mat);
   }
 };
 

@@ -507,18 +507,32 @@ WeightView& LayerWeights::matrix(LinearKind kind) {
     case LinearKind::FfnGate: return w_gate;
     case LinearKind::FfnUp: return w_up;
     case LinearKind::FfnDown: return w_down;
+    case LinearKind::ExpertGate: return moe.gate_stack;
+    case LinearKind::ExpertUp: return moe.up_stack;
+    case LinearKind::ExpertDown: return moe.down_stack;
+    case LinearKind::SharedGate: return moe.shared_gate;
+    case LinearKind::SharedUp: return moe.shared_up;
+    case LinearKind::SharedDown: return moe.shared_down;
+    case LinearKind::SharedGateInp: return moe.shared_gate_inp;
     default: break;
   }
-  fail("internal: {} is not a dense layer's matrix", linear_tensor_name(0, kind));
+  fail("internal: {} is not a dense or MoE layer's matrix", linear_tensor_name(0, kind));
 }
 
 WeightView* Model::replaceable_matrix(const std::string& name) {
   if (name == "token_embd.weight") return &weights_.token_embd;
   if (name == "output.weight" && !weights_.tied_output) return &weights_.output;
-  // Layer matrices by the same names the forward pass reports.
+  // Layer matrices by the same names the forward pass reports; a MoE layer's expert stacks (each
+  // [n_expert * rows][cols]) and shared expert.
   for (size_t il = 0; il < weights_.layers.size(); ++il) {
+    LayerWeights& layer = weights_.layers[il];
     for (LinearKind k : kLayerLinearKinds) {
-      if (linear_tensor_name(int64_t(il), k) == name) return &weights_.layers[il].matrix(k);
+      if (linear_tensor_name(int64_t(il), k) == name) return &layer.matrix(k);
+    }
+    if (!layer.moe.has_experts()) continue;
+    for (LinearKind k : {LinearKind::ExpertGate, LinearKind::ExpertUp, LinearKind::ExpertDown, LinearKind::SharedGate,
+                         LinearKind::SharedUp, LinearKind::SharedDown, LinearKind::SharedGateInp}) {
+      if (layer.matrix(k).data != nullptr && linear_tensor_name(int64_t(il), k) == name) return &layer.matrix(k);
     }
   }
   return nullptr;

@@ -144,9 +144,10 @@ std::map<std::string, EncodedTensor> gptq_tensors(const std::string& input, cons
     fmt::print(stderr, "gptq: {:<28} {:>6} x {:<6} {}  output error vs {} {:.3f}{}{}{}{}  {:.1f} s\n", r.name, r.rows,
                r.cols, dtype_name(r.type), baseline, ratio,
                r.stats.kept_baseline ? fmt::format(" (kept {}'s)", baseline) : "",
-               r.experts > 0 ? fmt::format("  {} experts, {} no calibration token chose (round to nearest)", r.experts,
-                                           r.unrouted_experts)
-                             : "",
+               r.stacked == 0                              ? std::string()
+               : r.name.find("_exps.") != std::string::npos ? fmt::format("  {} experts, {} no calibration token chose (round to nearest)",
+                                                                          r.stacked, r.unseen)
+                                                            : fmt::format("  {} heads", r.stacked),
                r.stats.dead_columns > 0 ? fmt::format("  {} dead columns", r.stats.dead_columns) : "",
                r.stats.damp_used != o.damp ? fmt::format("  damp raised to {}", r.stats.damp_used) : "", r.seconds);
     hessian_seconds += r.hessian_seconds;

@@ -8,7 +8,7 @@
 
 namespace kestrel {
 
-std::string calibration_limit(const Model& model, bool names_only, bool experts) {
+std::string calibration_limit(const Model& model, bool names_only, bool stacks) {
   const ModelConfig& c = model.config();
   const gguf::GgufFile& file = model.file();
   if (file.find_tensor("blk.0.attn_qkv.weight") != nullptr) return "fused attn_qkv tensors";
@@ -16,8 +16,8 @@ std::string calibration_limit(const Model& model, bool names_only, bool experts)
     return "a fused gate+up ffn_up tensor";
   }
   if (names_only) return "";
-  if (c.mla.enabled()) return "latent attention";
-  if (c.moe.enabled() && !experts) return "Mixture-of-Experts layers";
+  if (c.mla.enabled() && !stacks) return "latent attention";
+  if (c.moe.enabled() && !stacks) return "Mixture-of-Experts layers";
   if (c.norm != NormKind::Rms) return "LayerNorm";
   if (!c.input_norms) return "blocks without input norms";
   if (c.parallel_block) return "parallel attention and MLP blocks";
@@ -27,7 +27,7 @@ std::string calibration_limit(const Model& model, bool names_only, bool experts)
 
 void run_calibration_pass(const Model& model, std::span<const int32_t> tokens, const CalibrationPass& o,
                           ActivationObserver& observer, const char* method) {
-  if (const std::string limit = calibration_limit(model, false, o.experts); !limit.empty()) {
+  if (const std::string limit = calibration_limit(model, false, o.stacks); !limit.empty()) {
     fail("{} calibration does not support architecture '{}' yet ({}); quantize it with --method rtn",
          method, model.config().architecture, limit);
   }
@@ -75,6 +75,9 @@ std::vector<LinearKind> linear_readers_of(LinearKind kind) {
     case LinearKind::SharedGate: return {LinearKind::SharedGate, LinearKind::SharedUp};
     case LinearKind::SharedDown: return {LinearKind::SharedDown};
     case LinearKind::SharedGateInp: return {LinearKind::SharedGateInp};
+    case LinearKind::AttnQA: return {LinearKind::AttnQA};
+    case LinearKind::AttnQB: return {LinearKind::AttnQB};
+    case LinearKind::AttnKvA: return {LinearKind::AttnKvA};
     default: return {};
   }
 }

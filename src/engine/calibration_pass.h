@@ -22,16 +22,16 @@ struct CalibrationPass {
   int64_t n_chunks = 128;
   int32_t bos_token = -1;  // -1: keep each chunk's first token
   int num_threads = 2;
-  bool experts = false;    // the observer handles MoE layers' expert stacks (GPTQ); else refused
+  bool stacks = false;     // the observer handles MoE expert stacks and latent attention (GPTQ); else refused
 };
 
 // Why the calibrated quantizers cannot handle this model, or "" when they can. They write
 // attn_q/k/v and ffn_gate/up tensors by name (`names_only`: the limit that matters to an
 // importance matrix: fused tensors (Phi-3)) and AWQ folds scales into the RMSNorm before a
 // matrix, so LayerNorm, blocks without input norms (OLMo 2), the parallel block (Cohere), the
-// plain MLP (Starcoder2), latent attention and (unless `experts`: GPTQ, expert by expert)
-// Mixture-of-Experts layers are not supported yet.
-std::string calibration_limit(const Model& model, bool names_only = false, bool experts = false);
+// plain MLP (Starcoder2), and (unless `stacks`: GPTQ, expert by expert and head by head) latent
+// attention and Mixture-of-Experts layers are not supported yet.
+std::string calibration_limit(const Model& model, bool names_only = false, bool stacks = false);
 
 // Throws (with both numbers) when the tokens do not hold n_chunks x n_ctx tokens, and (naming the
 // architecture) for a model calibration_limit refuses. `method` names
@@ -41,7 +41,8 @@ void run_calibration_pass(const Model& model, std::span<const int32_t> tokens, c
 
 // The matrices that read the input the forward pass shows with `kind`: q, k and v share theirs
 // (shown as AttnQ, AttnK, AttnV in turn), gate and up theirs (a MoE layer's shared expert's too);
-// the shared expert's sigmoid gate its own; for the kinds shown after the first of a shared input
+// the shared expert's sigmoid gate its own, latent attention's q_a, q_b and kv_a each its own (q_a
+// and kv_a read the same input, shown twice); for the kinds shown after the first of a shared input
 // (AttnK, AttnV, FfnUp, SharedUp), for Output and the router, none.
 std::vector<LinearKind> linear_readers_of(LinearKind kind);
 

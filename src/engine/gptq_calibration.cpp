@@ -44,9 +44,11 @@ class GptqLayerQuantizer : public ActivationObserver {
 
   // A routed expert's input (its tokens' rows): its Hessian, then GPTQ of its rows of the gate and
   // up stacks (they share the input) or of the down stack, into the stack's pending encoding.
+  // Latent attention's per-head attn_k_b / attn_v_b likewise, head by head (every token).
   void observe_stacked(int64_t layer, LinearKind kind, int64_t index, int64_t n_mat, const float* x, int64_t n,
                        int64_t cols) override {
-    if (kind != LinearKind::ExpertGate && kind != LinearKind::ExpertUp && kind != LinearKind::ExpertDown) {
+    if (kind != LinearKind::ExpertGate && kind != LinearKind::ExpertUp && kind != LinearKind::ExpertDown &&
+        kind != LinearKind::AttnKB && kind != LinearKind::AttnVB) {
       ActivationObserver::observe_stacked(layer, kind, index, n_mat, x, n, cols);  // refuses
     }
     importance_.observe_stacked(layer, kind, index, n_mat, x, n, cols);
@@ -116,8 +118,8 @@ class GptqLayerQuantizer : public ActivationObserver {
     out.bytes = std::move(p.bytes);
     model_.replace_matrix(name, WeightView{p.type, stack.rows, stack.cols, out.bytes.data()});
     GptqTensorReport report{name, p.type, stack.rows, stack.cols, p.samples, p.stats, p.hessian_seconds, p.seconds};
-    report.experts = n_mat;
-    report.unrouted_experts = unrouted;
+    report.stacked = n_mat;
+    report.unseen = unrouted;
     pending_.erase(name);
     if (on_tensor_) on_tensor_(report);
   }
@@ -186,7 +188,7 @@ std::map<std::string, EncodedTensor> gptq_quantize_model(
   }
   GptqLayerQuantizer quantizer(model, targets, o, on_tensor);
   CalibrationPass pass = o.pass;
-  pass.experts = true;  // expert stacks: one Hessian per expert from the tokens routed to it
+  pass.stacks = true;  // expert stacks (a Hessian per expert from its routed tokens), attention heads
   run_calibration_pass(model, tokens, pass, quantizer, "GPTQ");
   if (imatrix != nullptr) {
     *imatrix = std::move(quantizer.importance());

@@ -36,9 +36,10 @@ struct GptqTensorReport {
   calib::GptqStats stats;
   double hessian_seconds = 0.0;  // building the Hessian (reported with the first matrix that reads it)
   double seconds = 0.0;          // GPTQ of this matrix, loss measurement included
-  // A MoE expert stack: its experts (each GPTQ'd with a Hessian of the tokens routed to it; the
-  // stats summed over them) and how many no calibration token chose (rounded to nearest).
-  int64_t experts = 0, unrouted_experts = 0;
+  // A stack (a MoE layer's experts, each GPTQ'd with a Hessian of the tokens routed to it; latent
+  // attention's per-head matrices): its matrices (the stats summed over them), and how many no
+  // calibration token reached (experts no token chose: rounded to nearest).
+  int64_t stacked = 0, unseen = 0;
 };
 
 // Quantizes by GPTQ every matrix named in `targets` (name -> a type gptq_supports) that the

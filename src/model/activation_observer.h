@@ -42,9 +42,9 @@ class ActivationObserver {
   // refuses (the default; the calibration pass refuses such models for those before any work).
   virtual void observe_stacked(int64_t layer, LinearKind kind, int64_t index, int64_t n_mat, const float* x,
                                int64_t n, int64_t cols);
-  // After the last observe_stacked of a MoE expert stack (every routed expert shown): the forward
-  // pass reads the stack only after this call, so an observer may replace the whole stack here
-  // (GPTQ's expert by expert encoding).
+  // After the last observe_stacked of a stack (every routed expert, or every head, shown): the
+  // forward pass reads the stack only after this call, so an observer may replace the whole stack
+  // here (GPTQ's expert by expert, head by head encoding).
   virtual void end_stacked(int64_t /*layer*/, LinearKind /*kind*/, int64_t /*n_mat*/) {}
 };
 

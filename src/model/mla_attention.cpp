@@ -90,9 +90,13 @@ void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayer
       std::copy_n(s.q.data() + (t * H + h) * qd, nope, s.heads_in.data() + (h * T + t) * nope);
     }
   }
+  // An observer sees every head's input before the stack is read (it may replace the stack).
+  if (seen.observer) {
+    for (int64_t h = 0; h < H; ++h) seen.observe_stacked(LinearKind::AttnKB, h, H, s.heads_in.data() + h * T * nope, T, nope);
+    seen.end_stacked(LinearKind::AttnKB, H);
+  }
   s.groups.clear();
   for (int64_t h = 0; h < H; ++h) {
-    seen.observe_stacked(LinearKind::AttnKB, h, H, s.heads_in.data() + h * T * nope, T, nope);
     s.groups.push_back({stacked_matrix(w.k_b, h, r), s.heads_in.data() + h * T * nope, T,
                         s.heads_out.data() + h * T * r});
   }
@@ -129,9 +133,12 @@ void mla_values(Backend& backend, const ModelConfig& c, const MlaLayerWeights& w
       std::copy_n(attn + (t * H + h) * key_dim, r, s.heads_in.data() + (h * T + t) * r);
     }
   }
+  if (seen.observer) {
+    for (int64_t h = 0; h < H; ++h) seen.observe_stacked(LinearKind::AttnVB, h, H, s.heads_in.data() + h * T * r, T, r);
+    seen.end_stacked(LinearKind::AttnVB, H);
+  }
   s.groups.clear();
   for (int64_t h = 0; h < H; ++h) {
-    seen.observe_stacked(LinearKind::AttnVB, h, H, s.heads_in.data() + h * T * r, T, r);
     s.groups.push_back({stacked_matrix(w.v_b, h, v), s.heads_in.data() + h * T * r, T, s.heads_out.data() + h * T * v});
   }
   backend.matmul_grouped(s.groups);

@@ -514,20 +514,31 @@ WeightView& LayerWeights::matrix(LinearKind kind) {
     case LinearKind::SharedUp: return moe.shared_up;
     case LinearKind::SharedDown: return moe.shared_down;
     case LinearKind::SharedGateInp: return moe.shared_gate_inp;
+    case LinearKind::AttnQA: return mla.q_a;
+    case LinearKind::AttnQB: return mla.q_b;
+    case LinearKind::AttnKvA: return mla.kv_a;
+    case LinearKind::AttnKB: return mla.k_b;
+    case LinearKind::AttnVB: return mla.v_b;
     default: break;
   }
-  fail("internal: {} is not a dense or MoE layer's matrix", linear_tensor_name(0, kind));
+  fail("internal: {} is not a dense, MoE or latent-attention layer's matrix", linear_tensor_name(0, kind));
 }
 
 WeightView* Model::replaceable_matrix(const std::string& name) {
   if (name == "token_embd.weight") return &weights_.token_embd;
   if (name == "output.weight" && !weights_.tied_output) return &weights_.output;
   // Layer matrices by the same names the forward pass reports; a MoE layer's expert stacks (each
-  // [n_expert * rows][cols]) and shared expert.
+  // [n_expert * rows][cols]) and shared expert; latent attention's matrices and per-head stacks.
   for (size_t il = 0; il < weights_.layers.size(); ++il) {
     LayerWeights& layer = weights_.layers[il];
     for (LinearKind k : kLayerLinearKinds) {
       if (linear_tensor_name(int64_t(il), k) == name) return &layer.matrix(k);
+    }
+    if (layer.mla.enabled()) {
+      for (LinearKind k : {LinearKind::AttnQA, LinearKind::AttnQB, LinearKind::AttnKvA, LinearKind::AttnKB,
+                           LinearKind::AttnVB}) {
+        if (layer.matrix(k).data != nullptr && linear_tensor_name(int64_t(il), k) == name) return &layer.matrix(k);
+      }
     }
     if (!layer.moe.has_experts()) continue;
     for (LinearKind k : {LinearKind::ExpertGate, LinearKind::ExpertUp, LinearKind::ExpertDown, LinearKind::SharedGate,

@@ -1,16 +1,21 @@
-// GPTQ on Mixture-of-Experts layers, on the tiny random fixtures tests/data/arch/qwen2_moe (4
-// experts top-2, a shared expert with a sigmoid gate) and tests/data/arch/mixtral (4 experts top-2),
-// calibrated on 8 chunks of 64 tokens of TinyStories' first 20 kB, evaluated on its last 300 kB:
+// GPTQ on Mixture-of-Experts layers and latent attention, on the tiny random fixtures
+// tests/data/arch/qwen2_moe (4 experts top-2, a shared expert with a sigmoid gate), mixtral (4
+// experts top-2) and deepseek2_lite (latent attention, a dense first layer, then experts with shared
+// ones; its per-head attn_k_b / attn_v_b are too narrow for groups of 32 and stay F16), calibrated on
+// 8 chunks of 64 tokens of TinyStories' first 20 kB, evaluated on its last 300 kB:
 // - each expert of a stack is quantized with the Hessian of the tokens routed to it: a stack's
 //   report counts every (token, choice) pair once, and its output error (the proxy loss summed
 //   over the experts) is below round to nearest's on the same inputs;
 // - the model computes with the encoded stacks from the layer on (the next layers' inputs are the
 //   quantized model's, as for dense layers);
 // - the written file diverges less from the F32 fixture than the round-to-nearest file
-//   (`kestrel eval`; measured 0.85x and 0.90x of RTN's mean KLD).
+//   (`kestrel eval`; measured 0.85x, 0.90x and 0.84x of RTN's mean KLD);
+// - latent attention's per-head stacks head by head (`kestrel gen-model --preset tiny-mla`, whose
+//   attn_v_b rows hold groups of 32): one Hessian per head over every token.
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,6 +47,30 @@ double mean_kld(const std::string& base, const std::string& candidate, const std
   return nlohmann::json::parse(r.out.substr(brace == std::string::npos ? 0 : brace + 1)).at("kld_mean").get<double>();
 }
 
+// Every layer matrix whose rows hold groups of 32 GPTQ'd to INT4_ASYM_G32 over kChunks x kCtx
+// tokens of `calib`; the model is left computing with them.
+struct GptqRun {
+  std::map<std::string, DType> targets;
+  std::map<std::string, EncodedTensor> encoded;
+  std::vector<GptqTensorReport> reports;
+};
+GptqRun run_gptq(Model& model, const std::string& calib) {
+  GptqRun run;
+  for (const auto& t : model.file().tensors()) {
+    if (model.can_replace_matrix(t.name) && t.name.starts_with("blk.") && t.dims[0] % 32 == 0) {
+      run.targets[t.name] = DType::INT4_ASYM_G32;
+    }
+  }
+  const auto tokenizer = Tokenizer::from_gguf(model.file());
+  const auto tokens = tokenizer->encode(test::read_file(calib), false, false);
+  GptqCalibrationOptions options;
+  options.pass.n_ctx = kCtx;
+  options.pass.n_chunks = kChunks;
+  run.encoded = gptq_quantize_model(model, tokens, run.targets, options,
+                                    [&](const GptqTensorReport& r) { run.reports.push_back(r); });
+  return run;
+}
+
 class GptqMoe : public testing::TestWithParam<std::string> {};
 
 TEST_P(GptqMoe, QuantizesEachExpertWithItsTokensAndDivergesLessThanRoundToNearest) {
@@ -50,29 +79,21 @@ TEST_P(GptqMoe, QuantizesEachExpertWithItsTokensAndDivergesLessThanRoundToNeares
 
   auto model = Model::load(fixture);
   const int64_t k = model->config().moe.n_expert_used;
-  std::map<std::string, DType> targets;
-  for (const auto& t : model->file().tensors()) {
-    if (model->can_replace_matrix(t.name) && t.name.starts_with("blk.")) targets[t.name] = DType::INT4_ASYM_G32;
-  }
-  ASSERT_TRUE(targets.count("blk.0.ffn_gate_exps.weight")) << "the stacks are targets";
-  const auto tokenizer = Tokenizer::from_gguf(model->file());
-  const auto tokens = tokenizer->encode(test::read_file(calib), false, false);
-  GptqCalibrationOptions options;
-  options.pass.n_ctx = kCtx;
-  options.pass.n_chunks = kChunks;
-  std::vector<GptqTensorReport> reports;
-  const auto encoded =
-      gptq_quantize_model(*model, tokens, targets, options, [&](const GptqTensorReport& r) { reports.push_back(r); });
-  ASSERT_EQ(encoded.size(), targets.size());
+  const GptqRun run = run_gptq(*model, calib);
+  ASSERT_TRUE(run.targets.count("blk.1.ffn_gate_exps.weight")) << "the stacks are targets";
+  ASSERT_EQ(run.encoded.size(), run.targets.size());
+  const auto& encoded = run.encoded;
   int stacks = 0;
-  for (const auto& r : reports) {
+  for (const auto& r : run.reports) {
     EXPECT_LT(r.stats.proxy_loss, 0.9 * r.stats.proxy_loss_baseline) << r.name;
     if (r.name.find("_exps.") == std::string::npos) continue;
     ++stacks;
-    EXPECT_EQ(r.experts, model->config().moe.n_expert) << r.name;
+    EXPECT_EQ(r.stacked, model->config().moe.n_expert) << r.name;
     EXPECT_EQ(r.samples, kChunks * kCtx * k) << r.name << ": every token's k choices, each in one expert's Hessian";
   }
-  EXPECT_EQ(stacks, 3 * int(model->config().n_layer)) << "gate, up and down of every layer";
+  int moe_layers = 0;
+  for (const auto& layer : model->weights().layers) moe_layers += layer.moe.has_experts();
+  EXPECT_EQ(stacks, 3 * moe_layers) << "gate, up and down of every MoE layer";
   // The model computes with the encoded stacks.
   const MoeLayerWeights& moe = model->weights().layers[1].moe;
   EXPECT_EQ(moe.gate_stack.data, encoded.at("blk.1.ffn_gate_exps.weight").bytes.data());
@@ -92,8 +113,30 @@ TEST_P(GptqMoe, QuantizesEachExpertWithItsTokensAndDivergesLessThanRoundToNeares
   EXPECT_LT(gptq_kld, 0.95 * rtn_kld) << "GPTQ " << gptq_kld << " RTN " << rtn_kld;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GptqMoe, testing::Values("qwen2_moe", "mixtral"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, GptqMoe, testing::Values("qwen2_moe", "mixtral", "deepseek2_lite"),
                          [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+
+TEST(GptqLatentAttention, QuantizesThePerHeadStackHeadByHead) {
+  const std::string path = test::scratch_dir("gptq_mla") + "/tiny-mla.gguf";
+  const auto made = test::run_kestrel("gen-model --preset tiny-mla --type F32 -o " + path);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  auto model = Model::load(path);
+  const int64_t heads = model->config().n_head;
+  const GptqRun run = run_gptq(*model, text_part("calib.txt", true, 20000));
+  ASSERT_TRUE(run.targets.count("blk.1.attn_v_b.weight")) << "attn_v_b's rows hold groups of 32";
+  ASSERT_EQ(run.encoded.size(), run.targets.size());
+  int head_stacks = 0;
+  for (const auto& r : run.reports) {
+    EXPECT_LT(r.stats.proxy_loss, 0.9 * r.stats.proxy_loss_baseline) << r.name;
+    if (r.name.find("attn_v_b") == std::string::npos) continue;
+    ++head_stacks;
+    EXPECT_EQ(r.stacked, heads) << r.name;
+    EXPECT_EQ(r.unseen, 0) << r.name;
+    EXPECT_EQ(r.samples, kChunks * kCtx * heads) << r.name << ": every token in every head's Hessian";
+  }
+  EXPECT_EQ(head_stacks, int(model->config().n_layer));
+  EXPECT_EQ(model->weights().layers[1].mla.v_b.data, run.encoded.at("blk.1.attn_v_b.weight").bytes.data());
+}
 
 }  // namespace
 }  // namespace kestrel

@@ -167,8 +167,8 @@ TEST(ImatrixMoe, FittingSharesOneCountAndRefusesAnotherExpertCount) {
   }
 }
 
-// AWQ cannot calibrate experts yet (GPTQ can: gptq_moe_test.cpp), and no method calibrates latent
-// attention: clear errors before any work, naming the architecture and why.
+// AWQ cannot calibrate experts or latent attention yet (GPTQ can: gptq_moe_test.cpp): clear errors
+// before any work, naming the architecture and why (latent attention is checked first).
 TEST(ImatrixMoe, WhatCalibrationCannotDoIsAClearError) {
   const std::string text = calibration_text();
   const std::string out = test::scratch_dir("imatrix_moe_refused") + "/out.gguf";
@@ -179,7 +179,7 @@ TEST(ImatrixMoe, WhatCalibrationCannotDoIsAClearError) {
   EXPECT_NE(r.err.find("does not support architecture 'qwen2moe' yet (Mixture-of-Experts layers)"), std::string::npos)
       << r.err;
   const auto mla = test::run_kestrel("quantize " + test::test_data_path("arch/deepseek2_lite/model.gguf") + " " + out +
-                                     " INT4_ASYM_G32 --method gptq --calib " + text + " --calib-chunks 2 --calib-ctx 64");
+                                     " INT4_ASYM_G32 --method awq --calib " + text + " --calib-chunks 2 --calib-ctx 64");
   EXPECT_NE(mla.exit_code, 0);
   EXPECT_NE(mla.err.find("does not support architecture 'deepseek2' yet (latent attention)"), std::string::npos)
       << mla.err;

@@ -14,6 +14,7 @@
 //   attn_v_b rows hold groups of 32): one Hessian per head over every token.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <string>
@@ -25,6 +26,7 @@
 #include "core/error.h"
 #include "engine/gptq_calibration.h"
 #include "model/model.h"
+#include "quant/format.h"
 #include "test_paths.h"
 #include "tokenizer/tokenizer.h"
 
@@ -115,6 +117,44 @@ TEST_P(GptqMoe, QuantizesEachExpertWithItsTokensAndDivergesLessThanRoundToNeares
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GptqMoe, testing::Values("qwen2_moe", "mixtral", "deepseek2_lite"),
                          [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// Experts no calibration token chose have no Hessian: they are rounded to nearest, byte for byte
+// the format's own quantizer, and reported. Two copies of one token route alike in layer 0 (the
+// same router input), so 2 of qwen2_moe's 4 experts see none there.
+TEST(GptqMoeUnrouted, ExpertsNoTokenChoseAreRoundedToNearest) {
+  auto model = Model::load(test::test_data_path("arch/qwen2_moe/model.gguf"));
+  const std::string name = "blk.0.ffn_down_exps.weight";
+  const WeightView original = model->weights().layers[0].moe.down_stack;
+  ASSERT_EQ(original.type, DType::F32);
+  const std::map<std::string, DType> targets = {{name, DType::INT4_ASYM_G32}};
+  GptqCalibrationOptions options;
+  options.pass.n_ctx = 2;
+  options.pass.n_chunks = 1;
+  std::vector<GptqTensorReport> reports;
+  const std::vector<int32_t> tokens = {5, 5};
+  const auto encoded =
+      gptq_quantize_model(*model, tokens, targets, options, [&](const GptqTensorReport& r) { reports.push_back(r); });
+  ASSERT_EQ(reports.size(), 1u);
+  const int64_t n_expert = model->config().moe.n_expert, k = model->config().moe.n_expert_used;
+  EXPECT_EQ(reports[0].stacked, n_expert);
+  EXPECT_EQ(reports[0].unseen, n_expert - k) << "both tokens chose the same k experts";
+  EXPECT_EQ(reports[0].samples, 2 * k);
+  // Each expert's bytes against round to nearest of its original rows: equal exactly for the
+  // unrouted ones.
+  const quant::WeightFormat& format = quant::require_format(DType::INT4_ASYM_G32);
+  const int64_t rows = original.rows / n_expert, cols = original.cols, row_bytes = quant::row_bytes(format, cols);
+  const std::vector<uint8_t>& bytes = encoded.at(name).bytes;
+  ASSERT_EQ(int64_t(bytes.size()), original.rows * row_bytes);
+  int64_t equal_to_rtn = 0;
+  for (int64_t e = 0; e < n_expert; ++e) {
+    std::vector<uint8_t> rtn(size_t(rows * row_bytes));
+    for (int64_t r = 0; r < rows; ++r) {
+      format.quantize_row(static_cast<const float*>(original.data) + (e * rows + r) * cols, rtn.data() + r * row_bytes, cols);
+    }
+    equal_to_rtn += std::equal(rtn.begin(), rtn.end(), bytes.begin() + e * rows * row_bytes);
+  }
+  EXPECT_EQ(equal_to_rtn, n_expert - k) << "the unrouted experts, and only they, are round to nearest's bytes";
+}
 
 TEST(GptqLatentAttention, QuantizesThePerHeadStackHeadByHead) {
   const std::string path = test::scratch_dir("gptq_mla") + "/tiny-mla.gguf";

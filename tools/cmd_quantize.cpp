@@ -141,13 +141,15 @@ std::map<std::string, EncodedTensor> gptq_tensors(const std::string& input, cons
     progress.clear();
     const double ratio = r.stats.proxy_loss_baseline > 0 ? r.stats.proxy_loss / r.stats.proxy_loss_baseline : 0.0;
     const char* baseline = quant::require_format(r.type).quantize_row_weighted != nullptr ? "imatrix" : "RTN";
+    std::string stack;  // a MoE layer's experts or latent attention's heads, one by one
+    if (r.stacked > 0 && r.name.find("_exps.") != std::string::npos) {
+      stack = fmt::format("  {} experts, {} no calibration token chose (round to nearest)", r.stacked, r.unseen);
+    } else if (r.stacked > 0) {
+      stack = fmt::format("  {} heads", r.stacked);
+    }
     fmt::print(stderr, "gptq: {:<28} {:>6} x {:<6} {}  output error vs {} {:.3f}{}{}{}{}  {:.1f} s\n", r.name, r.rows,
                r.cols, dtype_name(r.type), baseline, ratio,
-               r.stats.kept_baseline ? fmt::format(" (kept {}'s)", baseline) : "",
-               r.stacked == 0                              ? std::string()
-               : r.name.find("_exps.") != std::string::npos ? fmt::format("  {} experts, {} no calibration token chose (round to nearest)",
-                                                                          r.stacked, r.unseen)
-                                                            : fmt::format("  {} heads", r.stacked),
+               r.stats.kept_baseline ? fmt::format(" (kept {}'s)", baseline) : "", stack,
                r.stats.dead_columns > 0 ? fmt::format("  {} dead columns", r.stats.dead_columns) : "",
                r.stats.damp_used != o.damp ? fmt::format("  damp raised to {}", r.stats.damp_used) : "", r.seconds);
     hessian_seconds += r.hessian_seconds;

@@ -78,6 +78,11 @@ std::vector<LinearKind> linear_readers_of(LinearKind kind) {
     case LinearKind::AttnQA: return {LinearKind::AttnQA};
     case LinearKind::AttnQB: return {LinearKind::AttnQB};
     case LinearKind::AttnKvA: return {LinearKind::AttnKvA};
+    // Stacks, shown matrix by matrix (observe_stacked): an expert's gate and up share its rows.
+    case LinearKind::ExpertGate: return {LinearKind::ExpertGate, LinearKind::ExpertUp};
+    case LinearKind::ExpertDown: return {LinearKind::ExpertDown};
+    case LinearKind::AttnKB: return {LinearKind::AttnKB};
+    case LinearKind::AttnVB: return {LinearKind::AttnVB};
     default: return {};
   }
 }

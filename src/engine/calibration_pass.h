@@ -42,8 +42,9 @@ void run_calibration_pass(const Model& model, std::span<const int32_t> tokens, c
 // The matrices that read the input the forward pass shows with `kind`: q, k and v share theirs
 // (shown as AttnQ, AttnK, AttnV in turn), gate and up theirs (a MoE layer's shared expert's too);
 // the shared expert's sigmoid gate its own, latent attention's q_a, q_b and kv_a each its own (q_a
-// and kv_a read the same input, shown twice); for the kinds shown after the first of a shared input
-// (AttnK, AttnV, FfnUp, SharedUp), for Output and the router, none.
+// and kv_a read the same input, shown twice); a routed expert's gate and up its rows, its down and
+// each head's attn_k_b / attn_v_b their own; for the kinds shown after the first of a shared input
+// (AttnK, AttnV, FfnUp, SharedUp, ExpertUp), for Output and the router, none.
 std::vector<LinearKind> linear_readers_of(LinearKind kind);
 
 // A weight matrix [rows][cols] decoded to float, rows over the pool.

@@ -21,21 +21,10 @@ class GptqLayerQuantizer : public ActivationObserver {
 
   void observe(int64_t layer, LinearKind kind, const float* x, int64_t n, int64_t cols) override {
     importance_.observe(layer, kind, x, n, cols);
-    std::vector<std::pair<std::string, LinearKind>> todo;
-    for (LinearKind k : linear_readers_of(kind)) {
-      std::string name = linear_tensor_name(layer, k);
-      if (targets_.count(name) != 0 && encoded_.count(name) == 0) todo.emplace_back(std::move(name), k);
-    }
+    const auto todo = targets_reading(layer, kind);
     if (todo.empty()) return;
-    const auto start = std::chrono::steady_clock::now();
-    calib::HessianAccumulator accumulator(cols);
-    try {
-      accumulator.add(x, n, pool_);
-    } catch (const Error& e) {
-      fail("{} (the input of {})", e.what(), todo.front().first);
-    }
-    const calib::Hessian hessian = accumulator.hessian();
-    double hessian_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double hessian_seconds = 0.0;
+    const calib::Hessian hessian = hessian_of(x, n, cols, todo.front().first, &hessian_seconds);
     for (const auto& [name, k] : todo) {
       quantize(name, model_.weights().layers[size_t(layer)].matrix(k), hessian, hessian_seconds);
       hessian_seconds = 0.0;
@@ -47,25 +36,11 @@ class GptqLayerQuantizer : public ActivationObserver {
   // Latent attention's per-head attn_k_b / attn_v_b likewise, head by head (every token).
   void observe_stacked(int64_t layer, LinearKind kind, int64_t index, int64_t n_mat, const float* x, int64_t n,
                        int64_t cols) override {
-    if (kind != LinearKind::ExpertGate && kind != LinearKind::ExpertUp && kind != LinearKind::ExpertDown &&
-        kind != LinearKind::AttnKB && kind != LinearKind::AttnVB) {
-      ActivationObserver::observe_stacked(layer, kind, index, n_mat, x, n, cols);  // refuses
-    }
     importance_.observe_stacked(layer, kind, index, n_mat, x, n, cols);
-    if (kind == LinearKind::ExpertUp) return;  // done with the gate's (the same rows)
-    std::vector<LinearKind> readers = {kind};
-    if (kind == LinearKind::ExpertGate) readers.push_back(LinearKind::ExpertUp);
-    std::vector<std::pair<std::string, LinearKind>> todo;
-    for (LinearKind k : readers) {
-      std::string name = linear_tensor_name(layer, k);
-      if (targets_.count(name) != 0 && encoded_.count(name) == 0) todo.emplace_back(std::move(name), k);
-    }
+    const auto todo = targets_reading(layer, kind);
     if (todo.empty()) return;
-    const auto start = std::chrono::steady_clock::now();
-    calib::HessianAccumulator accumulator(cols);
-    accumulator.add(x, n, pool_);
-    const calib::Hessian hessian = accumulator.hessian();
-    const double hessian_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double hessian_seconds = 0.0;
+    const calib::Hessian hessian = hessian_of(x, n, cols, todo.front().first, &hessian_seconds);
     for (const auto& [name, k] : todo) {
       const WeightView& stack = model_.weights().layers[size_t(layer)].matrix(k);
       PendingStack& p = pending(name, stack, n_mat);
@@ -85,22 +60,19 @@ class GptqLayerQuantizer : public ActivationObserver {
       p.stats.dead_columns += stats.dead_columns;
       p.stats.damp_used = std::max(p.stats.damp_used, stats.damp_used);
       p.hessian_seconds += hessian_seconds;
+      hessian_seconds = 0.0;  // with the first stack that reads it, as for dense matrices
       p.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   }
 
   // Every routed expert of the stack was shown: the experts no token chose are rounded to nearest
   // (no Hessian to weigh them), and the forward pass reads the stack's encoding from here on.
+  // (A stack no token reached at all starts here: every expert by round to nearest.)
   void end_stacked(int64_t layer, LinearKind kind, int64_t n_mat) override {
     const std::string name = linear_tensor_name(layer, kind);
-    const auto it = pending_.find(name);
-    if (it == pending_.end()) {
-      // A stack to quantize that no token reached at all: every expert by round to nearest.
-      if (targets_.count(name) == 0 || encoded_.count(name) != 0) return;
-      pending(name, model_.weights().layers[size_t(layer)].matrix(kind), n_mat);
-    }
-    PendingStack& p = pending_.at(name);
+    if (targets_.count(name) == 0 || encoded_.count(name) != 0) return;
     const WeightView& stack = model_.weights().layers[size_t(layer)].matrix(kind);
+    PendingStack& p = pending(name, stack, n_mat);
     const int64_t rows = stack.rows / n_mat;
     const quant::WeightFormat& format = quant::require_format(p.type);
     int64_t unrouted = 0;
@@ -145,7 +117,30 @@ class GptqLayerQuantizer : public ActivationObserver {
     if (on_tensor_) on_tensor_(report);
   }
 
-  // A MoE stack being encoded expert by expert.
+  // The targets not yet encoded among the matrices that read the input shown as `kind`.
+  std::vector<std::pair<std::string, LinearKind>> targets_reading(int64_t layer, LinearKind kind) const {
+    std::vector<std::pair<std::string, LinearKind>> todo;
+    for (LinearKind k : linear_readers_of(kind)) {
+      std::string name = linear_tensor_name(layer, k);
+      if (targets_.count(name) != 0 && encoded_.count(name) == 0) todo.emplace_back(std::move(name), k);
+    }
+    return todo;
+  }
+  // 2/n X^T X of the input x [n][cols]; *seconds: the time it took.
+  calib::Hessian hessian_of(const float* x, int64_t n, int64_t cols, const std::string& reader, double* seconds) {
+    const auto start = std::chrono::steady_clock::now();
+    calib::HessianAccumulator accumulator(cols);
+    try {
+      accumulator.add(x, n, pool_);
+    } catch (const Error& e) {
+      fail("{} (the input of {})", e.what(), reader);
+    }
+    calib::Hessian hessian = accumulator.hessian();
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return hessian;
+  }
+
+  // A stack (MoE experts, attention heads) being encoded matrix by matrix.
   struct PendingStack {
     DType type = DType::F32;
     int64_t row_bytes = 0;

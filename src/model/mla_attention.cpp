@@ -92,7 +92,9 @@ void mla_queries_and_keys(Backend& backend, const ModelConfig& c, const MlaLayer
   }
   // An observer sees every head's input before the stack is read (it may replace the stack).
   if (seen.observer) {
-    for (int64_t h = 0; h < H; ++h) seen.observe_stacked(LinearKind::AttnKB, h, H, s.heads_in.data() + h * T * nope, T, nope);
+    for (int64_t h = 0; h < H; ++h) {
+      seen.observe_stacked(LinearKind::AttnKB, h, H, s.heads_in.data() + h * T * nope, T, nope);
+    }
     seen.end_stacked(LinearKind::AttnKB, H);
   }
   s.groups.clear();

@@ -527,22 +527,19 @@ WeightView& LayerWeights::matrix(LinearKind kind) {
 WeightView* Model::replaceable_matrix(const std::string& name) {
   if (name == "token_embd.weight") return &weights_.token_embd;
   if (name == "output.weight" && !weights_.tied_output) return &weights_.output;
-  // Layer matrices by the same names the forward pass reports; a MoE layer's expert stacks (each
-  // [n_expert * rows][cols]) and shared expert; latent attention's matrices and per-head stacks.
+  // Layer matrices by the same names the forward pass reports: the dense ones, a MoE layer's
+  // expert stacks (each [n_expert * rows][cols]) and shared expert, latent attention's matrices and
+  // per-head stacks; those a layer does not have are empty views.
+  static constexpr LinearKind kMoeAndLatentKinds[] = {
+      LinearKind::ExpertGate, LinearKind::ExpertUp, LinearKind::ExpertDown, LinearKind::SharedGate,
+      LinearKind::SharedUp,   LinearKind::SharedDown, LinearKind::SharedGateInp, LinearKind::AttnQA,
+      LinearKind::AttnQB,     LinearKind::AttnKvA,  LinearKind::AttnKB,     LinearKind::AttnVB};
   for (size_t il = 0; il < weights_.layers.size(); ++il) {
     LayerWeights& layer = weights_.layers[il];
     for (LinearKind k : kLayerLinearKinds) {
       if (linear_tensor_name(int64_t(il), k) == name) return &layer.matrix(k);
     }
-    if (layer.mla.enabled()) {
-      for (LinearKind k : {LinearKind::AttnQA, LinearKind::AttnQB, LinearKind::AttnKvA, LinearKind::AttnKB,
-                           LinearKind::AttnVB}) {
-        if (layer.matrix(k).data != nullptr && linear_tensor_name(int64_t(il), k) == name) return &layer.matrix(k);
-      }
-    }
-    if (!layer.moe.has_experts()) continue;
-    for (LinearKind k : {LinearKind::ExpertGate, LinearKind::ExpertUp, LinearKind::ExpertDown, LinearKind::SharedGate,
-                         LinearKind::SharedUp, LinearKind::SharedDown, LinearKind::SharedGateInp}) {
+    for (LinearKind k : kMoeAndLatentKinds) {
       if (layer.matrix(k).data != nullptr && linear_tensor_name(int64_t(il), k) == name) return &layer.matrix(k);
     }
   }

@@ -149,31 +149,33 @@ void moe_ffn(Backend& backend, const MoeConfig& m, const MoeLayerWeights& w, Gat
   // (it may replace the stack: the groups take their views after it).
   s.rows_act.resize(size_t(T * k * n_ff));
   s.rows_out.resize(size_t(T * k * n_out));
-  auto observe_experts = [&](LinearKind kind, const std::vector<float>& rows, int64_t cols) {
-    if (!seen.observer) return;
+  // fn(e, first row, rows) for each expert some token chose.
+  auto each_chosen = [&](auto fn) {
     for (int64_t e = 0; e < n_expert; ++e) {
-      const int64_t begin = s.expert_begin[size_t(e)], count = s.expert_begin[size_t(e + 1)] - begin;
-      if (count > 0) seen.observe_stacked(kind, e, n_expert, rows.data() + begin * cols, count, cols);
+      const int64_t begin = s.expert_begin[size_t(e)], rows = s.expert_begin[size_t(e + 1)] - begin;
+      if (rows > 0) fn(e, begin, rows);
     }
+  };
+  auto observe_experts = [&](LinearKind kind, const std::vector<float>& rows_in, int64_t cols) {
+    if (!seen.observer) return;
+    each_chosen([&](int64_t e, int64_t begin, int64_t rows) {
+      seen.observe_stacked(kind, e, n_expert, rows_in.data() + begin * cols, rows, cols);
+    });
     seen.end_stacked(kind, n_expert);
   };
   observe_experts(LinearKind::ExpertGate, s.rows_in, n_embd);
   observe_experts(LinearKind::ExpertUp, s.rows_in, n_embd);
   s.gated_groups.clear();
-  for (int64_t e = 0; e < n_expert; ++e) {
-    const int64_t begin = s.expert_begin[size_t(e)], rows = s.expert_begin[size_t(e + 1)] - begin;
-    if (rows == 0) continue;
+  each_chosen([&](int64_t e, int64_t begin, int64_t rows) {
     s.gated_groups.push_back({w.gate(e), w.up(e), s.rows_in.data() + begin * n_embd, rows,
                               s.rows_act.data() + begin * n_ff});
-  }
+  });
   backend.gated_ffn_grouped(s.gated_groups, act);
   observe_experts(LinearKind::ExpertDown, s.rows_act, n_ff);
   s.down_groups.clear();
-  for (int64_t e = 0; e < n_expert; ++e) {
-    const int64_t begin = s.expert_begin[size_t(e)], rows = s.expert_begin[size_t(e + 1)] - begin;
-    if (rows == 0) continue;
+  each_chosen([&](int64_t e, int64_t begin, int64_t rows) {
     s.down_groups.push_back({w.down(e), s.rows_act.data() + begin * n_ff, rows, s.rows_out.data() + begin * n_out});
-  }
+  });
   backend.matmul_grouped(s.down_groups);
 
   // Each token's weighted sum in its top-k order.

@@ -63,10 +63,15 @@ inline __m256i offset_levels(__m256i magnitude, __m256i signs) {
 // 8 sub-block scales 2 s + 1 (int8, sub-block j in byte j) as the 16 group scales.
 inline __m128i group_scales(__m128i odd8) { return _mm_unpacklo_epi8(odd8, odd8); }
 
-// The two formats' Layouts (kernels_kquant16_avx2.h).
+// What the two formats' Layouts (kernels_kquant16_avx2.h) share: offset 32, and the levels from
+// L's grid magnitudes and signs.
+template <class L>
 struct Iq3GridLayout {
   static constexpr bool kHasMins = false;
   static constexpr int kOffsetShift = 5;  // offset 32
+  static void levels_half(const uint8_t* p, int h, __m256i out[4]) {
+    for (int q = 0; q < 4; ++q) out[q] = offset_levels(L::magnitudes(p, 4 * h + q), L::signs(p, 4 * h + q));
+  }
 };
 
 // IQ3_S's decode (one token) takes the super-block's sum S without the offset, by the sign trick:
@@ -77,7 +82,8 @@ template <class L>
 struct SignTrickDecode {
   static __m256i direct_lanes(const uint8_t* p, const KquantActivation& a) {
     // Sub-block j's 2 s + 1 (the even bytes of the group scales) as int16 j, in both 128-bit lanes.
-    const __m128i odd8 = _mm_shuffle_epi8(L::scales_i8(p), _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1));
+    const __m128i even = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m128i odd8 = _mm_shuffle_epi8(L::scales_i8(p), even);
     const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(odd8));
     __m256i lanes = _mm256_setzero_si256();
     for (int j = 0; j < 8; ++j) {
@@ -90,7 +96,7 @@ struct SignTrickDecode {
 };
 
 // IQ3_XXS: d, qs[64] (8-bit indices), 8 little-endian words (4 x 7 sign bits, 4-bit code).
-struct Iq3XxsLayout : Iq3GridLayout {
+struct Iq3XxsLayout : Iq3GridLayout<Iq3XxsLayout> {
   static constexpr int64_t kBlockBytes = 98;
   static float block_d(const uint8_t* p) { return fp16_to_f32(load_u16(p)) * 0.5f; }
   static __m128i scales_i8(const uint8_t* p) {
@@ -110,13 +116,10 @@ struct Iq3XxsLayout : Iq3GridLayout {
     return _mm256_setr_epi64x(int64_t(kSigns.v[w & 127]), int64_t(kSigns.v[w >> 7 & 127]),
                               int64_t(kSigns.v[w >> 14 & 127]), int64_t(kSigns.v[w >> 21 & 127]));
   }
-  static void levels_half(const uint8_t* p, int h, __m256i out[4]) {
-    for (int q = 0; q < 4; ++q) out[q] = offset_levels(magnitudes(p, 4 * h + q), signs(p, 4 * h + q));
-  }
 };
 
 // IQ3_S: d, qs[64] (low 8 index bits), qh[8] (bit 8), signs[32] (one bit per value), scales[4].
-struct Iq3SLayout : Iq3GridLayout, SignTrickDecode<Iq3SLayout> {
+struct Iq3SLayout : Iq3GridLayout<Iq3SLayout>, SignTrickDecode<Iq3SLayout> {
   static constexpr int64_t kBlockBytes = 110;
   static float block_d(const uint8_t* p) { return fp16_to_f32(load_u16(p)); }
   static __m128i scales_i8(const uint8_t* p) {
@@ -143,9 +146,6 @@ struct Iq3SLayout : Iq3GridLayout, SignTrickDecode<Iq3SLayout> {
     const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
     const __m256i negative = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
     return _mm256_or_si256(negative, _mm256_set1_epi8(1));
-  }
-  static void levels_half(const uint8_t* p, int h, __m256i out[4]) {
-    for (int q = 0; q < 4; ++q) out[q] = offset_levels(magnitudes(p, 4 * h + q), signs(p, 4 * h + q));
   }
 };
 

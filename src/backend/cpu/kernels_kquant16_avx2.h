@@ -6,7 +6,8 @@
 // the 3-bit grid formats IQ3_XXS / IQ3_S (kernels_iq3_avx2.cpp). A Layout supplies kBlockBytes,
 // kHasMins, kOffsetShift (offset = 1 << shift), scales_i8 (the 16 group scales), block_d,
 // levels_half (elements 128h .. 128h + 127 as four vectors) and, with mins, mins_u8 and
-// block_neg_dmin; optionally direct_lanes (one token's S, see below). AVX2 code with internal linkage (kernels_tile.h), included by those files only.
+// block_neg_dmin; optionally direct_lanes (one token's S, see below). AVX2 code with internal
+// linkage (kernels_tile.h), included by those files only.
 #pragma once
 
 #include <immintrin.h>

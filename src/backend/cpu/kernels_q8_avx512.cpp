@@ -32,13 +32,17 @@ struct WeightStep {
   __m512 scale, min;
 };
 
-// F16 values at p and p + stride widened to F32, each over 8 lanes; or one over all 16 lanes.
-inline __m512 scales2(const uint8_t* p, int64_t stride) {
+// F16 values at p and p + stride widened to F32 (in lanes 0 and 1); spread2 puts lane 0 over
+// lanes 0-7 and lane 1 over 8-15; scales2 does both. scales1: one F16 over all 16 lanes.
+inline __m128 halves2(const uint8_t* p, int64_t stride) {
   const uint32_t h = uint32_t(load_u16(p)) | uint32_t(load_u16(p + stride)) << 16;
-  const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(int(h)));
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(int(h)));
+}
+inline __m512 spread2(__m128 f) {
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
                                _mm512_castps128_ps512(f));
 }
+inline __m512 scales2(const uint8_t* p, int64_t stride) { return spread2(halves2(p, stride)); }
 inline __m512 scales1(const uint8_t* p) { return _mm512_set1_ps(fp16_to_f32(load_u16(p))); }
 
 inline __m512i low_nibbles(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0f)); }
@@ -46,6 +50,18 @@ inline __m512i high_nibbles(__m512i v) {
   return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
 }
 inline __m512i offset_bytes(__m512i v) { return _mm512_xor_si512(v, _mm512_set1_epi8(char(0x80))); }
+// Two blocks of 64 nibbles (16 + 16 bytes at qs and qs + stride; element i of a block in byte
+// i % 32, low nibble for i < 32) as a step's two vectors: a = elements 0-15 of each activation
+// block, b = 16-31. The loads are [B0 q0:16, B0 q16:32, B1 q0:16, B1 q16:32]; 128-bit lanes 1 and 3
+// take the high nibbles.
+inline void group64_nibbles(const uint8_t* qs, int64_t stride, __m512i* a, __m512i* b) {
+  const __m512i y = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)qs)),
+                                       _mm256_loadu_si256((const __m256i*)(qs + stride)), 1);
+  const __m512i shift = _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0, 0, 0x0004000400040004,
+                                          0x0004000400040004);
+  *a = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(2, 2, 0, 0)), shift));
+  *b = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(3, 3, 1, 1)), shift));
+}
 
 // Byte shuffles (vpermt2b) gather a step's bytes from a window of two 64-byte loads, at offsets 0
 // and `second` from the step's start: window byte b is index b (< 64) or 64 + b - second.
@@ -254,13 +270,7 @@ struct Int4Decoder {
     prefetch_ahead(p, 256);
     WeightStep w;
     if constexpr (G == 64) {
-      // [B0 q0:16, B0 q16:32, B1 q0:16, B1 q16:32]; 128-bit lanes 1 and 3 take the high nibbles.
-      const __m512i y = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(p + kQs))),
-                                           _mm256_loadu_si256((const __m256i*)(p + kBlockBytes + kQs)), 1);
-      const __m512i shift = _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0, 0,
-                                              0x0004000400040004, 0x0004000400040004);
-      w.a = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(2, 2, 0, 0)), shift));
-      w.b = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(3, 3, 1, 1)), shift));
+      group64_nibbles(p + kQs, kBlockBytes, &w.a, &w.b);
       if constexpr (kHeaderKind == Int4Header::ZeroPoint) {
         const auto [s0, m0] = quant::zp_scale_and_min(p);
         const auto [s1, m1] = quant::zp_scale_and_min(p + kBlockBytes);
@@ -408,7 +418,7 @@ struct QuadKernel {
 };
 
 // NF4 (quant/blocks.h): blocks of 64 (34 bytes: F16 d, 32 bytes of nibbles, element i in byte
-// i % 32, low nibble for i < 32), two blocks a step, their nibbles placed as Int4Decoder<64>'s.
+// i % 32, low nibble for i < 32: INT4_SYM_G64's bytes), two blocks a step (group64_nibbles).
 // The int16 levels (code * 16256) split exactly into 128 * hi + lo (int8 hi, |lo| <= 64); the
 // kernel looks up two unsigned planes, hi + 128 and lo + 64, and with corr = -128 x (the lane's
 // activation sum) its int32 lanes are
@@ -441,21 +451,13 @@ struct Nf4QuadKernel {
   static int64_t direct_steps(int64_t k) { return k / 128; }
   static Acc zero() { return _mm512_setzero_ps(); }
   static W decode(const uint8_t* p) {
-    // [B0 q0:16, B0 q16:32, B1 q0:16, B1 q16:32]; 128-bit lanes 1 and 3 take the high nibbles.
-    const __m512i y = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(p + 2))),
-                                         _mm256_loadu_si256((const __m256i*)(p + kBlockBytes + 2)), 1);
-    const __m512i shift = _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0, 0,
-                                            0x0004000400040004, 0x0004000400040004);
-    const __m512i ia = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(2, 2, 0, 0)), shift));
-    const __m512i ib = low_nibbles(_mm512_srlv_epi16(_mm512_shuffle_i64x2(y, y, _MM_SHUFFLE(3, 3, 1, 1)), shift));
+    __m512i ia, ib;
+    group64_nibbles(p + 2, kBlockBytes, &ia, &ib);
     const __m512i high = _mm512_load_si512(kHigh.b), low = _mm512_load_si512(kLow.b);
     // d / 16256 per block, as the reference scales (one 4-lane division per step).
-    const uint32_t h = uint32_t(load_u16(p)) | uint32_t(load_u16(p + kBlockBytes)) << 16;
-    const __m128 d = _mm_div_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(int(h))), _mm_set1_ps(float(quant::kNF4LevelScale)));
-    const __m512 scale = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                                               _mm512_castps128_ps512(d));
+    const __m128 d = _mm_div_ps(halves2(p, kBlockBytes), _mm_set1_ps(float(quant::kNF4LevelScale)));
     return {_mm512_shuffle_epi8(high, ia), _mm512_shuffle_epi8(high, ib), _mm512_shuffle_epi8(low, ia),
-            _mm512_shuffle_epi8(low, ib), scale};
+            _mm512_shuffle_epi8(low, ib), spread2(d)};
   }
   static W load_w(const uint8_t* row, int64_t s) {
     const uint8_t* p = row + s * kStepBytes;

@@ -17,7 +17,9 @@
 #include "cli_checks.h"
 #include "calib/gptq.h"
 #include "commands.h"
+#include "convert/imatrix_file.h"
 #include "convert/requantize.h"
+#include "loader/gguf_reader.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "engine/awq_calibration.h"
@@ -418,6 +420,13 @@ void quantize(const QuantizeOptions& o) {
     encoded = gptq_tensors(input, o, *recipe, *imatrix);
   }
 
+  if (imatrix) {
+    const std::string norm = add_token_embedding_importance(*imatrix, *gguf::GgufFile::open(input));
+    if (!norm.empty()) {
+      fmt::print(stderr, "imatrix: token_embd.weight has no entry (a lookup has no inputs); weighted by {}^2, the "
+                 "norm its rows go through first\n", norm);
+    }
+  }
   int fallbacks = 0, weighted = 0, calibrated = 0;
   std::map<DType, int> stored;                 // tensors per type written (the mixture, as llama-quantize lists it)
   std::map<DType, int> no_weighted_quantizer;  // unweighted because the type cannot weigh error

@@ -1,9 +1,12 @@
 #include "convert/imatrix_file.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
 #include "core/error.h"
+#include "quant/format.h"
 #include "loader/gguf_reader.h"
 #include "loader/gguf_writer.h"
 
@@ -157,6 +160,29 @@ ImportanceMatrix fit_imatrix(const ImportanceMatrix& m, const gguf::GgufFile& mo
     }
   }
   return fitted;
+}
+
+std::string add_token_embedding_importance(ImportanceMatrix& m, const gguf::GgufFile& model) {
+  constexpr const char* kEmbedding = "token_embd.weight";
+  const gguf::TensorInfo* embedding = model.find_tensor(kEmbedding);
+  if (m.entries.contains(kEmbedding) || embedding == nullptr || embedding->dims.size() != 2) return "";
+  for (const char* norm_name : {"token_embd_norm.weight", "blk.0.attn_norm.weight"}) {
+    const gguf::TensorInfo* norm = model.find_tensor(norm_name);
+    if (norm == nullptr) continue;
+    if (norm->num_elements != embedding->dims[0] || (norm->type != DType::F32 && norm->type != DType::F16)) return "";
+    std::vector<float> gamma(size_t(norm->num_elements));
+    quant::require_format(norm->type).dequantize_row(norm->data, gamma.data(), norm->num_elements);
+    double mean = 0.0;
+    for (float g : gamma) mean += double(g) * g;
+    mean /= double(gamma.size());
+    if (!(mean > 0.0) || !std::isfinite(mean)) return "";
+    ImatrixEntry e;
+    for (float g : gamma) e.sum2.push_back(std::max(double(g) * g, 1e-3 * mean));
+    e.counts = {1};
+    m.entries[kEmbedding] = std::move(e);
+    return norm_name;
+  }
+  return "";
 }
 
 }  // namespace kestrel

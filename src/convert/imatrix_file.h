@@ -43,4 +43,14 @@ ImportanceMatrix load_imatrix(const std::string& path);
 // over them, so every entry has one count per matrix.
 ImportanceMatrix fit_imatrix(const ImportanceMatrix& m, const gguf::GgufFile& model, const std::string& imatrix_name);
 
+// An importance imatrix cannot measure for the token embedding: a table lookup has no input
+// activations, so llama-imatrix and `kestrel imatrix` record no entry for it (unless the output
+// head shares it). Its row e goes first into a norm whose output is gamma * e / rms(e): an error
+// d_c in channel c reaches the first layer's matrices as gamma_c d_c / rms(e), so gamma_c^2 is the
+// channel's weight (a floor of 1e-3 of the mean keeps every channel's error counted). Adds that
+// entry for "token_embd.weight" (gamma from "token_embd_norm.weight", else "blk.0.attn_norm.weight",
+// F32 or F16 of n_embd values) where `m` has none; returns the norm's name, or "" when it adds
+// nothing (an entry exists, no embedding, no such norm).
+std::string add_token_embedding_importance(ImportanceMatrix& m, const gguf::GgufFile& model);
+
 }  // namespace kestrel

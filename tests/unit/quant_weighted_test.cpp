@@ -5,6 +5,7 @@
 // alike. An imatrix made for another model is a clear error before any work.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -111,6 +112,41 @@ TEST(ImatrixCheck, AnImatrixForAnotherModelIsAClearError) {
   wrong_name.entries["blk.30.ffn_down.weight"] = {std::vector<double>(64, 1.0), {10}};
   EXPECT_NE(message(wrong_name).find("imatrix entry 'blk.30.ffn_down.weight' is not a tensor of"), std::string::npos)
       << message(wrong_name);
+}
+
+// The token embedding's importance, which no imatrix measures: its first norm's gamma^2 (read here
+// straight from the file), not replacing an entry the imatrix has.
+TEST(ImatrixCheck, TheTokenEmbeddingIsWeightedByItsFirstNormSquared) {
+  const auto model = gguf::GgufFile::open(test::shared_model_path("stories260K.gguf"));
+  const gguf::TensorInfo* norm = model->find_tensor("blk.0.attn_norm.weight");
+  ASSERT_NE(norm, nullptr);
+  ASSERT_EQ(norm->type, DType::F32);
+  const float* gamma = static_cast<const float*>(static_cast<const void*>(norm->data));
+  double mean = 0.0;
+  for (int64_t c = 0; c < norm->num_elements; ++c) mean += double(gamma[c]) * gamma[c];
+  mean /= double(norm->num_elements);
+
+  ImportanceMatrix m;
+  m.entries["blk.0.attn_q.weight"] = {std::vector<double>(64, 1.0), {10}};
+  EXPECT_EQ(add_token_embedding_importance(m, *model), "blk.0.attn_norm.weight");
+  ASSERT_TRUE(m.entries.contains("token_embd.weight"));
+  const ImatrixEntry& e = m.entries.at("token_embd.weight");
+  ASSERT_EQ(e.n_in(), 64);
+  const std::vector<float> importance = e.mean();
+  int distinct = 0;
+  for (int64_t c = 0; c < 64; ++c) {
+    const double expected = std::max(double(gamma[c]) * gamma[c], 1e-3 * mean);
+    EXPECT_NEAR(importance[size_t(c)], expected, 1e-6 * expected) << "channel " << c;
+    distinct += std::fabs(importance[size_t(c)] - importance[0]) > 1e-3 * mean;
+  }
+  EXPECT_GT(distinct, 32);  // a real norm's gammas differ: the weights are not uniform
+  EXPECT_NO_THROW(fit_imatrix(m, *model, "with-embedding"));
+
+  // An entry the imatrix has (a head tied to the embedding is measured as a matrix) stays.
+  ImportanceMatrix tied;
+  tied.entries["token_embd.weight"] = {std::vector<double>(64, 2.0), {1}};
+  EXPECT_EQ(add_token_embedding_importance(tied, *model), "");
+  EXPECT_EQ(tied.entries.at("token_embd.weight").sum2, std::vector<double>(64, 2.0));
 }
 
 }  // namespace

@@ -17,9 +17,7 @@
 #include "cli_checks.h"
 #include "calib/gptq.h"
 #include "commands.h"
-#include "convert/imatrix_file.h"
 #include "convert/requantize.h"
-#include "loader/gguf_reader.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "engine/awq_calibration.h"
@@ -420,17 +418,11 @@ void quantize(const QuantizeOptions& o) {
     encoded = gptq_tensors(input, o, *recipe, *imatrix);
   }
 
-  if (imatrix) {
-    const std::string norm = add_token_embedding_importance(*imatrix, *gguf::GgufFile::open(input));
-    if (!norm.empty()) {
-      fmt::print(stderr, "imatrix: token_embd.weight has no entry (a lookup has no inputs); weighted by {}^2, the "
-                 "norm its rows go through first\n", norm);
-    }
-  }
   int fallbacks = 0, weighted = 0, calibrated = 0;
   std::map<DType, int> stored;                 // tensors per type written (the mixture, as llama-quantize lists it)
   std::map<DType, int> no_weighted_quantizer;  // unweighted because the type cannot weigh error
   std::string no_entry;                        // unweighted because the imatrix has no entry
+  bool derived_embedding = false;              // the token embedding weighted by its norm (fit_imatrix)
   requantize_gguf(input, o.output, *recipe, [&](const RequantizeNote& note) {
     ++stored[note.to];
     if (note.fallback) {
@@ -442,6 +434,7 @@ void quantize(const QuantizeOptions& o) {
     if (imatrix && note.method.empty() && note.from != note.to && note.to != DType::F32) {
       if (note.weighted) {
         ++weighted;
+        derived_embedding = derived_embedding || !imatrix->entries.contains(note.tensor);
       } else if (quant::require_format(note.to).quantize_row_weighted == nullptr) {
         ++no_weighted_quantizer[note.to];
       } else {
@@ -457,6 +450,10 @@ void quantize(const QuantizeOptions& o) {
     fmt::print(stderr, "imatrix: {} tensors quantized with importance weights{}{}{}{}\n", weighted,
                types.empty() ? "" : "; without (their type has no weighted quantizer): ", types,
                no_entry.empty() ? "" : "; without (no imatrix entry): ", no_entry);
+    if (derived_embedding) {
+      fmt::print(stderr, "imatrix: token_embd.weight has no entry (a lookup has no inputs); weighted by gamma^2 of "
+                 "the norm its rows go through first\n");
+    }
   }
   if (method != "rtn" && method != "imatrix") {
     fmt::print(stderr, "{}: {} tensors written from {}\n", method, calibrated,

@@ -52,8 +52,7 @@ void quantize_auto(const AutoQuantizeOptions& o, const ImportanceMatrix& imatrix
   const AutoTypes types = check_auto_options(o);
   const auto start = std::chrono::steady_clock::now();
   auto model = Model::load(o.input);
-  ImportanceMatrix imatrix = fit_imatrix(imatrix_as_read, model->file(), "imatrix");
-  add_token_embedding_importance(imatrix, model->file());
+  const ImportanceMatrix imatrix = fit_imatrix(imatrix_as_read, model->file(), "imatrix");
   const auto tokenizer = Tokenizer::from_gguf(model->file());
   const std::string text = read_input_file(o.calib, "--calib");
   const std::vector<TokenId> tokens = tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/false);

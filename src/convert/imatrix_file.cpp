@@ -159,6 +159,7 @@ ImportanceMatrix fit_imatrix(const ImportanceMatrix& m, const gguf::GgufFile& mo
            "model?", imatrix_name, name, e.counts.size(), model.name(), n_mat);
     }
   }
+  add_token_embedding_importance(fitted, model);
   return fitted;
 }
 

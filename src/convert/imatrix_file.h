@@ -40,7 +40,8 @@ ImportanceMatrix load_imatrix(const std::string& path);
 // imatrix made for another model is an error naming the first tensor that differs), and where the
 // file gives one count for all the matrices of a 3-D tensor (llama.cpp's per-head attn_k_b and
 // attn_v_b of latent attention; any 3-D tensor in its legacy .dat format) the count is shared out
-// over them, so every entry has one count per matrix.
+// over them, so every entry has one count per matrix. The token embedding's entry is derived
+// where `m` has none (add_token_embedding_importance).
 ImportanceMatrix fit_imatrix(const ImportanceMatrix& m, const gguf::GgufFile& model, const std::string& imatrix_name);
 
 // An importance imatrix cannot measure for the token embedding: a table lookup has no input

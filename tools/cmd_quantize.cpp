@@ -50,7 +50,7 @@ struct QuantizeOptions {
   bool allow_requantize = false;
   std::vector<std::string> tensor_types;  // --tensor-type PATTERN=TYPE, in order
   std::string tensor_type_file;
-  double damp = 0.01;
+  double damp = 0.0;  // 0: calib::default_gptq_damp
   double alpha = -1.0;  // smoothquant: migration strength; < 0: searched per input group
   std::string output_type, embedding_type;
   AutoQuantizeOptions automatic;  // type "auto"
@@ -129,10 +129,14 @@ std::map<std::string, EncodedTensor> gptq_tensors(const std::string& input, cons
   GptqCalibrationOptions options;
   options.pass = calibration_pass(*tokenizer, o);
   options.gptq.act_order = !o.no_act_order;
-  options.gptq.damp_percent = o.damp;
-  fmt::print(stderr, "gptq: {} matrices over {} chunks of {} tokens of {} ({}, damp {})\n", targets.size(),
+  int64_t widest = 0;
+  for (const auto& [name, type] : targets) widest = std::max(widest, model->file().find_tensor(name)->dims[0]);
+  const int64_t calibrated_tokens = int64_t(o.calib_chunks) * o.calib_ctx;
+  const double damp = o.damp > 0.0 ? o.damp : calib::default_gptq_damp(calibrated_tokens, widest);
+  options.gptq.damp_percent = damp;
+  fmt::print(stderr, "gptq: {} matrices over {} chunks of {} tokens of {} ({}, damp {}{})\n", targets.size(),
              o.calib_chunks, o.calib_ctx, o.calib, options.gptq.act_order ? "act-order, static groups" : "in order",
-             o.damp);
+             damp, o.damp > 0.0 ? "" : fmt::format(": {} tokens for {} columns", calibrated_tokens, widest));
   const auto start = std::chrono::steady_clock::now();
   double loss = 0.0, loss_base = 0.0, hessian_seconds = 0.0, gptq_seconds = 0.0;
   ProgressBar progress("gptq", int64_t(targets.size()));
@@ -151,7 +155,7 @@ std::map<std::string, EncodedTensor> gptq_tensors(const std::string& input, cons
                r.cols, dtype_name(r.type), baseline, ratio,
                r.stats.kept_baseline ? fmt::format(" (kept {}'s)", baseline) : "", stack,
                r.stats.dead_columns > 0 ? fmt::format("  {} dead columns", r.stats.dead_columns) : "",
-               r.stats.damp_used != o.damp ? fmt::format("  damp raised to {}", r.stats.damp_used) : "", r.seconds);
+               r.stats.damp_used != damp ? fmt::format("  damp raised to {}", r.stats.damp_used) : "", r.seconds);
     hessian_seconds += r.hessian_seconds;
     gptq_seconds += r.seconds;
     loss += r.stats.kept_baseline ? r.stats.proxy_loss_baseline : r.stats.proxy_loss;
@@ -422,7 +426,7 @@ void quantize(const QuantizeOptions& o) {
   std::map<DType, int> stored;                 // tensors per type written (the mixture, as llama-quantize lists it)
   std::map<DType, int> no_weighted_quantizer;  // unweighted because the type cannot weigh error
   std::string no_entry;                        // unweighted because the imatrix has no entry
-  bool derived_embedding = false;              // the token embedding weighted by its norm (fit_imatrix)
+  std::string derived;                         // tensors weighted by importance fit_imatrix derived, and how
   requantize_gguf(input, o.output, *recipe, [&](const RequantizeNote& note) {
     ++stored[note.to];
     if (note.fallback) {
@@ -431,10 +435,10 @@ void quantize(const QuantizeOptions& o) {
                  note.tensor, dtype_name(note.wanted), dtype_name(note.to));
     }
     calibrated += !note.method.empty();
+    if (!note.importance.empty()) derived += fmt::format("importance: {}: {}\n", note.tensor, note.importance);
     if (imatrix && note.method.empty() && note.from != note.to && note.to != DType::F32) {
       if (note.weighted) {
         ++weighted;
-        derived_embedding = derived_embedding || !imatrix->entries.contains(note.tensor);
       } else if (quant::require_format(note.to).quantize_row_weighted == nullptr) {
         ++no_weighted_quantizer[note.to];
       } else {
@@ -450,11 +454,8 @@ void quantize(const QuantizeOptions& o) {
     fmt::print(stderr, "imatrix: {} tensors quantized with importance weights{}{}{}{}\n", weighted,
                types.empty() ? "" : "; without (their type has no weighted quantizer): ", types,
                no_entry.empty() ? "" : "; without (no imatrix entry): ", no_entry);
-    if (derived_embedding) {
-      fmt::print(stderr, "imatrix: token_embd.weight has no entry (a lookup has no inputs); weighted by gamma^2 of "
-                 "the norm its rows go through first\n");
-    }
   }
+  fmt::print(stderr, "{}", derived);
   if (method != "rtn" && method != "imatrix") {
     fmt::print(stderr, "{}: {} tensors written from {}\n", method, calibrated,
                method == "awq" ? "AWQ" : method == "smoothquant" ? "SmoothQuant" : "GPTQ");
@@ -522,7 +523,8 @@ void register_quantize(CLI::App& app) {
   cmd->add_flag("--awq-mlp-error", options->mlp_error,
                 "awq: choose gate/up's scales by the error at the MLP's output, as AutoAWQ (default: at their own outputs)");
   cmd->add_option("--alpha", options->alpha, "smoothquant: migration strength (default: searched per input group among 0.3 ... 0.9)")->check(number_range(0.0, 1.0));
-  cmd->add_option("--damp", options->damp, "gptq: dampening, as a fraction of the Hessian's mean diagonal (default 0.01)")
+  cmd->add_option("--damp", options->damp, "gptq: dampening, as a fraction of the Hessian's mean diagonal (default 0.01, or 0.1 "
+                  "when the calibration has fewer than 4 tokens per column of the widest matrix)")
       ->check(number_range(1e-6, 10.0));
   cmd->add_option("--target-bpw", options->automatic.target_bpw, "auto: bits per weight over the quantized matrices")
       ->check(number_range(1.0, 32.0));

@@ -56,6 +56,10 @@ bool upper_cholesky_of_inverse(const Eigen::MatrixXd& h, double lambda, ThreadPo
 
 bool gptq_supports(DType type) { return GridFormat::supports(type); }
 
+double default_gptq_damp(int64_t calibration_tokens, int64_t widest_columns) {
+  return calibration_tokens >= 4 * widest_columns ? 0.01 : 0.1;
+}
+
 std::vector<uint8_t> gptq_quantize(DType type, std::span<const float> w, int64_t rows, int64_t cols,
                                    const Hessian& hessian, const GptqOptions& o, ThreadPool& pool,
                                    GptqStats* stats, bool measure_proxy_loss) {

@@ -28,6 +28,15 @@
 
 namespace kestrel::calib {
 
+// The dampening `kestrel quantize --method gptq` uses unless told: GPTQ's 0.01 when the calibration
+// has at least 4 tokens per column of the widest matrix, else 0.1. With fewer, the Hessian of a
+// wide matrix is estimated from too few tokens and GPTQ fits the calibration text instead of the
+// model (measured, INT4 g128, 512-token chunks, docs/QUANTIZATION.md: Qwen2.5-Coder-1.5B, 16,384
+// tokens for 8,960-wide ffn_down, mean KLD 0.0612 at 0.01 and 0.0472 at 0.1 against RTN's 0.0699;
+// Qwen2.5-Coder-0.5B, 16,384 for 4,864, 0.0725 and 0.0737, level; Gemma 3 270M, 65,536 for 2,048,
+// 0.1146 and 0.1200).
+double default_gptq_damp(int64_t calibration_tokens, int64_t widest_columns);
+
 struct GptqOptions {
   double damp_percent = 0.01;  // dampening: H += damp_percent * mean(diag H) * I
   bool act_order = true;       // columns by decreasing H diagonal, static groups

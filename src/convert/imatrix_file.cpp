@@ -166,7 +166,10 @@ ImportanceMatrix fit_imatrix(const ImportanceMatrix& m, const gguf::GgufFile& mo
 std::string add_token_embedding_importance(ImportanceMatrix& m, const gguf::GgufFile& model) {
   constexpr const char* kEmbedding = "token_embd.weight";
   const gguf::TensorInfo* embedding = model.find_tensor(kEmbedding);
-  if (m.entries.contains(kEmbedding) || embedding == nullptr || embedding->dims.size() != 2) return "";
+  if (embedding == nullptr || embedding->dims.size() != 2) return "";
+  const auto measured = m.entries.find(kEmbedding);
+  const bool tied_head = measured != m.entries.end() && model.find_tensor("output.weight") == nullptr;
+  if (measured != m.entries.end() && (!tied_head || measured->second.counts.size() != 1)) return "";
   for (const char* norm_name : {"token_embd_norm.weight", "blk.0.attn_norm.weight"}) {
     const gguf::TensorInfo* norm = model.find_tensor(norm_name);
     if (norm == nullptr) continue;
@@ -180,8 +183,22 @@ std::string add_token_embedding_importance(ImportanceMatrix& m, const gguf::Gguf
     ImatrixEntry e;
     for (float g : gamma) e.sum2.push_back(std::max(double(g) * g, 1e-3 * mean));
     e.counts = {1};
+    std::string how = fmt::format("no imatrix entry (a lookup has no inputs): weighted by {}^2, the norm its rows "
+                                  "go through first", norm_name);
+    if (tied_head) {
+      const std::vector<float> head = measured->second.mean();
+      double head_mean = 0.0, lookup_mean = 0.0;
+      for (float v : head) head_mean += v;
+      for (double v : e.sum2) lookup_mean += v;
+      head_mean /= double(head.size()), lookup_mean /= double(e.sum2.size());
+      if (!(head_mean > 0.0) || !std::isfinite(head_mean)) return "";
+      for (size_t c = 0; c < e.sum2.size(); ++c) e.sum2[c] = double(head[c]) / head_mean + e.sum2[c] / lookup_mean;
+      how = fmt::format("the tied output head's importance and {}^2 (the lookup's: the norm its rows go through "
+                        "first), each scaled to mean 1, summed", norm_name);
+    }
     m.entries[kEmbedding] = std::move(e);
-    return norm_name;
+    m.derived[kEmbedding] = how;
+    return how;
   }
   return "";
 }

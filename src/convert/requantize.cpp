@@ -86,14 +86,18 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
                      int num_threads, const ImportanceMatrix* imatrix,
                      const std::map<std::string, EncodedTensor>* encoded) {
   const auto input = gguf::GgufFile::open(input_path);
-  ImportanceMatrix fitted;
-  if (imatrix != nullptr) {
-    fitted = fit_imatrix(*imatrix, *input, "imatrix");
-    imatrix = &fitted;
-  }
   // llama.cpp's has_imatrix: whether one is given decides some mixtures' choices.
   QuantRecipe planned = recipe;
   planned.has_imatrix = imatrix != nullptr;
+  // The importance the quantizers weigh by: the given imatrix fitted to the model; without one,
+  // only the token embedding's, which comes from the model itself (its first norm's gamma^2).
+  ImportanceMatrix fitted;
+  if (imatrix != nullptr) {
+    fitted = fit_imatrix(*imatrix, *input, "imatrix");
+  } else {
+    add_token_embedding_importance(fitted, *input);
+  }
+  const ImportanceMatrix* importance_of = &fitted;
   const std::vector<QuantChoice> plan = requantize_plan(*input, planned);
   auto encoded_as = [&](const std::string& name) -> const EncodedTensor* {
     if (encoded == nullptr) return nullptr;
@@ -113,7 +117,7 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
     // As llama-quantize: given an importance matrix, a tensor of a type that needs one must have
     // its entry (a partial imatrix would otherwise leave it to an unweighted 1.5-3 bit search).
     if (imatrix != nullptr && encoded_as(t.name) == nullptr && requires_imatrix(t.name, plan[i].type, planned) &&
-        !imatrix->entries.contains(t.name)) {
+        !fitted.entries.contains(t.name)) {
       fail("the importance matrix has no entry for '{}', which is to be {} (a type that needs one)", t.name,
            dtype_name(plan[i].type));
     }
@@ -140,6 +144,7 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
     const gguf::TensorInfo& t = input->tensors()[i];
     const QuantChoice& choice = plan[i];
     bool weighted = false;
+    std::string derived;
     const EncodedTensor* pre = encoded_as(t.name);
     if (pre != nullptr) {
       writer.add_tensor_view(t.name, choice.type, t.dims, std::span<const uint8_t>(pre->bytes));
@@ -148,15 +153,16 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
     } else {
       const quant::WeightFormat& to = quant::require_format(choice.type);
       const ImatrixEntry* importance = nullptr;
-      if (imatrix != nullptr && to.quantize_row_weighted != nullptr && t.dims.size() >= 2) {
-        const auto it = imatrix->entries.find(t.name);
-        if (it != imatrix->entries.end()) importance = &it->second;
+      if (to.quantize_row_weighted != nullptr && t.dims.size() >= 2) {
+        const auto it = importance_of->entries.find(t.name);
+        if (it != importance_of->entries.end()) importance = &it->second;
       }
       weighted = importance != nullptr;
+      if (weighted && importance_of->derived.contains(t.name)) derived = importance_of->derived.at(t.name);
       writer.add_tensor(t.name, choice.type, t.dims, reencode(pool, t, *quant::find_format(t.type), to, importance));
     }
     on_tensor({t.name, t.type, choice.type, choice.quantized && choice.fallback(), choice.wanted, weighted,
-               pre != nullptr ? pre->method : std::string()});
+               pre != nullptr ? pre->method : std::string(), derived});
     progress.update(int64_t(i) + 1);
   }
   progress.finish();

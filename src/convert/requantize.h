@@ -27,6 +27,7 @@ struct RequantizeNote {
   DType wanted;
   bool weighted = false;  // quantized with the imatrix's importance weights
   std::string method;     // of a pre-encoded tensor ("gptq"); empty otherwise
+  std::string importance;  // weighted by importance fit_imatrix derived: how (ImportanceMatrix::derived)
 };
 
 // A tensor already encoded by a calibrated method (GPTQ): written as it is instead of re-encoded.
@@ -46,8 +47,9 @@ std::vector<QuantChoice> requantize_plan(const gguf::GgufFile& input, const Quan
 // to whether `imatrix` is given. With an importance matrix (checked against the input
 // first), every tensor it has an entry for whose new type has a weighted quantizer is quantized
 // minimising the error weighted by its columns' importance (llama-quantize --imatrix); the others
-// as without it (the note says which). A tensor in `encoded` is written as given; its type must
-// be the one the plan gives it.
+// as without it (the note says which). With or without one, the token embedding is weighted by
+// the importance add_token_embedding_importance derives where the imatrix has no entry for it.
+// A tensor in `encoded` is written as given; its type must be the one the plan gives it.
 void requantize_gguf(const std::string& input_path, const std::string& output_path,
                      const QuantRecipe& recipe,
                      const std::function<void(const RequantizeNote&)>& on_tensor,

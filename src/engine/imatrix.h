@@ -2,7 +2,10 @@
 // tokens exactly as perplexity does (each chunk starts with BOS), every chunk runs through the
 // model, and every linear layer's input is accumulated as per-channel sums of squares over all of
 // the chunk's tokens. The output head is left out unless asked for (llama-imatrix's
-// --process-output), as it is too big to quantize low anyway; a tied head is never counted.
+// --process-output), as it is too big to quantize low anyway. A head tied to the token embedding
+// is always counted, under the embedding's name (llama-imatrix never records it): nothing else
+// measures that tensor (a lookup has no inputs), and the rows it sees are those whose logits the
+// perplexity computes anyway (every row with include_output).
 #pragma once
 
 #include <functional>

@@ -8,7 +8,8 @@
 
 namespace kestrel {
 
-// The linear layers of a decoder layer, plus the output head (layer -1). A Mixture-of-Experts
+// The linear layers of a decoder layer, plus the output head (layer -1; TiedOutput when the head is
+// the token embedding, named after it: "token_embd.weight"). A Mixture-of-Experts
 // layer has, instead of FfnGate/Up/Down, its router, its routed experts' stacks (ExpertGate/Up/Down,
 // seen expert by expert through observe_stacked) and, in some architectures, shared experts with an
 // optional sigmoid gate. Latent attention (DeepSeek-V2) has, instead of AttnK/AttnV, the query
@@ -17,14 +18,14 @@ namespace kestrel {
 enum class LinearKind {
   AttnQ, AttnK, AttnV, AttnOutput, FfnGate, FfnUp, FfnDown, Output,
   Router, ExpertGate, ExpertUp, ExpertDown, SharedGate, SharedUp, SharedDown, SharedGateInp,
-  AttnQA, AttnQB, AttnKvA, AttnKB, AttnVB
+  AttnQA, AttnQB, AttnKvA, AttnKB, AttnVB, TiedOutput
 };
 // A dense layer's seven matrices (the kinds up to Output, without it).
 inline constexpr LinearKind kLayerLinearKinds[] = {
     LinearKind::AttnQ,   LinearKind::AttnK, LinearKind::AttnV,  LinearKind::AttnOutput,
     LinearKind::FfnGate, LinearKind::FfnUp, LinearKind::FfnDown};
 
-// The GGUF (llama.cpp) name of the weight: "blk.3.attn_q.weight", "output.weight".
+// The GGUF (llama.cpp) name of the weight: "blk.3.attn_q.weight", "output.weight", "token_embd.weight".
 std::string linear_tensor_name(int64_t layer, LinearKind kind);
 
 class ActivationObserver {

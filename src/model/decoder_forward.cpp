@@ -68,6 +68,7 @@ std::string linear_tensor_name(int64_t layer, LinearKind kind) {
                          "attn_v_b"};
   static_assert(std::size(names) == size_t(LinearKind::AttnVB) + 1);
   if (kind == LinearKind::Output) return "output.weight";
+  if (kind == LinearKind::TiedOutput) return "token_embd.weight";
   return fmt::format("blk.{}.{}.weight", layer, names[int(kind)]);
 }
 
@@ -415,8 +416,9 @@ void Model::head(Backend& backend, const ForwardBatch& batch, ForwardScratch& s,
   } else {
     backend.rms_norm(s.logits_in.data(), weights_.output_norm, n_out, c.n_embd, c.rms_eps, s.logits_in.data());
   }
-  if (observer && !weights_.tied_output) {
-    observer->observe(-1, LinearKind::Output, s.logits_in.data(), n_out, c.n_embd);
+  if (observer) {
+    observer->observe(-1, weights_.tied_output ? LinearKind::TiedOutput : LinearKind::Output, s.logits_in.data(),
+                      n_out, c.n_embd);
   }
   if (tp.size() == 1) {
     const WeightView& output = batch.head != nullptr ? *batch.head : weights_.output;

@@ -219,5 +219,15 @@ TEST(Gptq, ClearErrors) {
   }
 }
 
+// The CLI's dampening: GPTQ's 0.01 from 4 calibration tokens per column of the widest matrix up,
+// 0.1 below (the Qwen2.5-Coder-1.5B base's 32 x 512 tokens for its 8,960-wide ffn_down: 0.1).
+TEST(Gptq, DefaultDampeningRisesWhenTheCalibrationIsShortForTheWidestMatrix) {
+  EXPECT_EQ(calib::default_gptq_damp(32 * 512, 8960), 0.1);
+  EXPECT_EQ(calib::default_gptq_damp(128 * 512, 8960), 0.01);
+  EXPECT_EQ(calib::default_gptq_damp(128 * 512, 2048), 0.01);
+  EXPECT_EQ(calib::default_gptq_damp(4 * 4864, 4864), 0.01);
+  EXPECT_EQ(calib::default_gptq_damp(4 * 4864 - 1, 4864), 0.1);
+}
+
 }  // namespace
 }  // namespace kestrel

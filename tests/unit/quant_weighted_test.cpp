@@ -114,39 +114,86 @@ TEST(ImatrixCheck, AnImatrixForAnotherModelIsAClearError) {
       << message(wrong_name);
 }
 
+// gamma^2 of `norm` (F32), floored at 1e-3 of its mean, and that mean.
+std::vector<double> gamma_squared(const gguf::TensorInfo& norm, double* mean) {
+  const float* gamma = static_cast<const float*>(static_cast<const void*>(norm.data));
+  *mean = 0.0;
+  for (int64_t c = 0; c < norm.num_elements; ++c) *mean += double(gamma[c]) * gamma[c];
+  *mean /= double(norm.num_elements);
+  std::vector<double> g2;
+  for (int64_t c = 0; c < norm.num_elements; ++c) g2.push_back(std::max(double(gamma[c]) * gamma[c], 1e-3 * *mean));
+  return g2;
+}
+
 // The token embedding's importance, which no imatrix measures: its first norm's gamma^2 (read here
-// straight from the file), not replacing an entry the imatrix has.
+// straight from the file), not replacing an entry the imatrix has for an untied model.
 TEST(ImatrixCheck, TheTokenEmbeddingIsWeightedByItsFirstNormSquared) {
   const auto model = gguf::GgufFile::open(test::shared_model_path("stories260K.gguf"));
+  ASSERT_NE(model->find_tensor("output.weight"), nullptr);  // untied
   const gguf::TensorInfo* norm = model->find_tensor("blk.0.attn_norm.weight");
   ASSERT_NE(norm, nullptr);
   ASSERT_EQ(norm->type, DType::F32);
-  const float* gamma = static_cast<const float*>(static_cast<const void*>(norm->data));
   double mean = 0.0;
-  for (int64_t c = 0; c < norm->num_elements; ++c) mean += double(gamma[c]) * gamma[c];
-  mean /= double(norm->num_elements);
+  const std::vector<double> expected = gamma_squared(*norm, &mean);
 
   ImportanceMatrix m;
   m.entries["blk.0.attn_q.weight"] = {std::vector<double>(64, 1.0), {10}};
-  EXPECT_EQ(add_token_embedding_importance(m, *model), "blk.0.attn_norm.weight");
+  EXPECT_NE(std::string(add_token_embedding_importance(m, *model)).find("blk.0.attn_norm.weight^2"), std::string::npos);
   ASSERT_TRUE(m.entries.contains("token_embd.weight"));
+  EXPECT_TRUE(m.derived.contains("token_embd.weight"));
   const ImatrixEntry& e = m.entries.at("token_embd.weight");
   ASSERT_EQ(e.n_in(), 64);
   const std::vector<float> importance = e.mean();
   int distinct = 0;
   for (int64_t c = 0; c < 64; ++c) {
-    const double expected = std::max(double(gamma[c]) * gamma[c], 1e-3 * mean);
-    EXPECT_NEAR(importance[size_t(c)], expected, 1e-6 * expected) << "channel " << c;
+    EXPECT_NEAR(importance[size_t(c)], expected[size_t(c)], 1e-6 * expected[size_t(c)]) << "channel " << c;
     distinct += std::fabs(importance[size_t(c)] - importance[0]) > 1e-3 * mean;
   }
   EXPECT_GT(distinct, 32);  // a real norm's gammas differ: the weights are not uniform
   EXPECT_NO_THROW(fit_imatrix(m, *model, "with-embedding"));
 
-  // An entry the imatrix has (a head tied to the embedding is measured as a matrix) stays.
-  ImportanceMatrix tied;
-  tied.entries["token_embd.weight"] = {std::vector<double>(64, 2.0), {1}};
-  EXPECT_EQ(add_token_embedding_importance(tied, *model), "");
-  EXPECT_EQ(tied.entries.at("token_embd.weight").sum2, std::vector<double>(64, 2.0));
+  // An entry the imatrix has for an untied model's embedding stays.
+  ImportanceMatrix given;
+  given.entries["token_embd.weight"] = {std::vector<double>(64, 2.0), {1}};
+  EXPECT_EQ(add_token_embedding_importance(given, *model), "");
+  EXPECT_EQ(given.entries.at("token_embd.weight").sum2, std::vector<double>(64, 2.0));
+  EXPECT_FALSE(given.derived.contains("token_embd.weight"));
+}
+
+// A head tied to the embedding (SmolLM3's fixture has no output.weight): `kestrel imatrix` records
+// the head's input under the embedding's name, and the two roles are summed, each scaled to mean 1:
+// head_c / mean(head) + gamma_c^2 / mean(gamma^2).
+TEST(ImatrixCheck, ATiedEmbeddingSumsTheHeadsAndTheLookupsImportance) {
+  const auto model = gguf::GgufFile::open(test::test_data_path("arch/smollm3/model.gguf"));
+  ASSERT_EQ(model->find_tensor("output.weight"), nullptr);
+  const gguf::TensorInfo* norm = model->find_tensor("blk.0.attn_norm.weight");
+  ASSERT_NE(norm, nullptr);
+  ASSERT_EQ(norm->type, DType::F32);
+  const int64_t n = norm->num_elements;
+  double mean = 0.0;
+  const std::vector<double> g2 = gamma_squared(*norm, &mean);
+  double g2_mean = 0.0;
+  for (double v : g2) g2_mean += v / double(n);
+
+  ImportanceMatrix m;
+  ImatrixEntry head;
+  for (int64_t c = 0; c < n; ++c) head.sum2.push_back(3.0 * double(1 + c % 7));  // means (1 + c % 7) over 3 tokens
+  head.counts = {3};
+  double head_mean = 0.0;
+  for (int64_t c = 0; c < n; ++c) head_mean += double(1 + c % 7) / double(n);
+  m.entries["token_embd.weight"] = head;
+  const ImportanceMatrix fitted = fit_imatrix(m, *model, "tied");
+  EXPECT_NE(std::string(fitted.derived.at("token_embd.weight")).find("tied output head"), std::string::npos);
+  const std::vector<float> importance = fitted.entries.at("token_embd.weight").mean();
+  ASSERT_EQ(int64_t(importance.size()), n);
+  for (int64_t c = 0; c < n; ++c) {
+    const double expected = double(1 + c % 7) / head_mean + g2[size_t(c)] / g2_mean;
+    EXPECT_NEAR(importance[size_t(c)], expected, 1e-5 * expected) << "channel " << c;
+  }
+  // Without the head's entry (llama-imatrix's file): gamma^2 alone.
+  const ImportanceMatrix lookup_only = fit_imatrix(ImportanceMatrix{}, *model, "none");
+  EXPECT_NE(std::string(lookup_only.derived.at("token_embd.weight")).find("no imatrix entry"), std::string::npos);
+  EXPECT_NEAR(lookup_only.entries.at("token_embd.weight").mean()[0], g2[0], 1e-6 * g2[0]);
 }
 
 }  // namespace

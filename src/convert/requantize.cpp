@@ -97,7 +97,6 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
   } else {
     add_token_embedding_importance(fitted, *input);
   }
-  const ImportanceMatrix* importance_of = &fitted;
   const std::vector<QuantChoice> plan = requantize_plan(*input, planned);
   auto encoded_as = [&](const std::string& name) -> const EncodedTensor* {
     if (encoded == nullptr) return nullptr;
@@ -154,11 +153,11 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
       const quant::WeightFormat& to = quant::require_format(choice.type);
       const ImatrixEntry* importance = nullptr;
       if (to.quantize_row_weighted != nullptr && t.dims.size() >= 2) {
-        const auto it = importance_of->entries.find(t.name);
-        if (it != importance_of->entries.end()) importance = &it->second;
+        const auto it = fitted.entries.find(t.name);
+        if (it != fitted.entries.end()) importance = &it->second;
       }
       weighted = importance != nullptr;
-      if (weighted && importance_of->derived.contains(t.name)) derived = importance_of->derived.at(t.name);
+      if (weighted && fitted.derived.contains(t.name)) derived = fitted.derived.at(t.name);
       writer.add_tensor(t.name, choice.type, t.dims, reencode(pool, t, *quant::find_format(t.type), to, importance));
     }
     on_tensor({t.name, t.type, choice.type, choice.quantized && choice.fallback(), choice.wanted, weighted,

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <initializer_list>
 
 #include "core/half.h"
 #include "quant/blocks.h"
@@ -274,37 +273,6 @@ int best_symmetric_code(const float* x, float scale, float d, int lo, int hi, ui
   return chosen;
 }
 
-// Q3_K's super-block scale d (F16 bits): each sub-block of 16 gets its scale (levels
-// -H .. H-1) by search_symmetric, then d = extreme / -divisor (extreme: the scale of largest
-// magnitude, so it takes a code near -kCodeMax, the longer end of the signed codes) for each
-// divisor, keeping the d whose codes give the whole super-block the lowest weighted error.
-template <int H, int kCodeMax>
-uint16_t symmetric_superblock_scale(const float* x, const float* w, std::initializer_list<float> divisors,
-                                    float scales[kQK_K / 16]) {
-  constexpr int kSub = 16;
-  float extreme = 0.0f;
-  for (int j = 0; j < kQK_K / kSub; ++j) {
-    scales[j] = search_symmetric<kSub, H>(x + j * kSub, w + j * kSub);
-    if (std::fabs(scales[j]) > std::fabs(extreme)) extreme = scales[j];
-  }
-  uint16_t best_d = float_to_fp16(extreme / -float(kCodeMax));
-  float best_error = INFINITY;
-  for (const float divisor : divisors) {
-    const uint16_t d_bits = float_to_fp16(extreme / -divisor);
-    const float d_try = fp16_to_float(d_bits);
-    float total = 0.0f;
-    for (int j = 0; j < kQK_K / kSub && total < best_error; ++j) {
-      uint8_t trial[kSub];
-      float e = 0.0f;
-      (void)best_symmetric_code<kSub, H>(x + j * kSub, scales[j], d_try, -kCodeMax, kCodeMax - 1, trial,
-                                         w + j * kSub, &e);
-      total += e;
-    }
-    if (total < best_error) best_error = total, best_d = d_bits;
-  }
-  return best_d;
-}
-
 // Packs the eight 6-bit scales and mins of a Q4_K/Q5_K block (inverse of kquant_scale_min).
 void pack_scale_min(const uint8_t scale[8], const uint8_t min[8], uint8_t* packed) {
   for (int j = 0; j < 4; ++j) {
@@ -369,11 +337,16 @@ void affine_weights(const float* x, const float* importance, float w[kQK_K]) {
   importance_weights(x, kQK_K, importance, w);
 }
 
-// Q4_K/Q5_K weights without an imatrix, as llama.cpp's quantize_row_q4_K_ref/q5_K_ref form them:
-// per sub-block of 32, the sub-block's RMS plus |x|, so the large weights keep a finer fit at a
-// small cost in plain squared error (on Qwen2.5-Coder-1.5B's Q3_K_M, whose attn_v/ffn_down
-// are Q4_K/Q5_K, the unweighted fit cost about 2% in KL divergence; docs/QUANTIZATION.md).
-void default_affine_weights(const float* x, float w[kQK_K]) {
+// Q4_K/Q5_K weights: with an imatrix, affine_weights; without, as llama.cpp's
+// quantize_row_q4_K_ref/q5_K_ref form them: per sub-block of 32, the sub-block's RMS plus |x|, so
+// the large weights keep a finer fit at a small cost in plain squared error (on
+// Qwen2.5-Coder-1.5B's Q3_K_M, whose attn_v/ffn_down are Q4_K/Q5_K, the unweighted fit cost about
+// 2% in KL divergence; docs/QUANTIZATION.md).
+void q45_weights(const float* x, const float* importance, float w[kQK_K]) {
+  if (importance != nullptr) {
+    affine_weights(x, importance, w);
+    return;
+  }
   for (int j = 0; j < kQK_K; j += 32) {
     float sum_x2 = 0.0f;
     for (int l = 0; l < 32; ++l) sum_x2 += x[j + l] * x[j + l];
@@ -389,11 +362,7 @@ void quantize_row_q4_K_impl(const float* src, void* dst, int64_t n, const float*
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     BlockQ4_K& block = blocks[b];
     float w[kQK_K];
-    if (importance == nullptr) {
-      default_affine_weights(src + b * kQK_K, w);
-    } else {
-      affine_weights(src + b * kQK_K, importance + b * kQK_K, w);
-    }
+    q45_weights(src + b * kQK_K, importance != nullptr ? importance + b * kQK_K : nullptr, w);
     quantize_q45_superblock(src + b * kQK_K, 15, &block.d, &block.dmin, block.scales, levels, w);
     // Each 64-value chunk: byte l = value l (low nibble) | value l + 32 (high nibble).
     for (int chunk = 0; chunk < kQK_K / 64; ++chunk) {
@@ -410,11 +379,7 @@ void quantize_row_q5_K_impl(const float* src, void* dst, int64_t n, const float*
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     BlockQ5_K& block = blocks[b];
     float w[kQK_K];
-    if (importance == nullptr) {
-      default_affine_weights(src + b * kQK_K, w);
-    } else {
-      affine_weights(src + b * kQK_K, importance + b * kQK_K, w);
-    }
+    q45_weights(src + b * kQK_K, importance != nullptr ? importance + b * kQK_K : nullptr, w);
     quantize_q45_superblock(src + b * kQK_K, 31, &block.d, &block.dmin, block.scales, levels, w);
     // Low 4 bits as in Q4_K; the fifth bit of value l (+ 32) of chunk c is bit 2c (2c + 1) of qh[l].
     std::memset(block.qh, 0, sizeof block.qh);
@@ -496,9 +461,29 @@ void quantize_row_q3_K_impl(const float* src, void* dst, int64_t n, const float*
       affine_weights(x, importance + b * kQK_K, w);
     }
     float scales[kQK_K / kSub];
-    // The largest sub-block scale at code -32, or a little further in (it then rounds to -32 or
-    // -31 while the others get finer codes).
-    block.d = symmetric_superblock_scale<4, 32>(x, w, {32.0f, 31.75f, 31.5f, 31.25f, 31.0f, 30.5f, 30.0f}, scales);
+    float extreme = 0.0f;
+    for (int j = 0; j < kQK_K / kSub; ++j) {
+      scales[j] = search_symmetric<kSub, 4>(x + j * kSub, w + j * kSub);
+      if (std::fabs(scales[j]) > std::fabs(extreme)) extreme = scales[j];
+    }
+    // The super-block scale: the largest sub-block scale at code -32, or a little further in (it
+    // then rounds to -32 or -31 while the others get finer codes): the candidate with the lowest
+    // weighted error of the whole super-block.
+    uint16_t best_d = float_to_fp16(extreme / -32.0f);
+    float best_error = INFINITY;
+    for (const float divisor : {32.0f, 31.75f, 31.5f, 31.25f, 31.0f, 30.5f, 30.0f}) {
+      const uint16_t d_bits = float_to_fp16(extreme / -divisor);
+      const float d_try = fp16_to_float(d_bits);
+      float total = 0.0f;
+      for (int j = 0; j < kQK_K / kSub && total < best_error; ++j) {
+        uint8_t trial[kSub];
+        float e = 0.0f;
+        (void)best_symmetric_code<kSub, 4>(x + j * kSub, scales[j], d_try, -32, 31, trial, w + j * kSub, &e);
+        total += e;
+      }
+      if (total < best_error) best_error = total, best_d = d_bits;
+    }
+    block.d = best_d;
     const float d = fp16_to_float(block.d);
 
     uint8_t levels[kQK_K];  // q + 4, in [0, 7]

@@ -60,6 +60,12 @@ std::string scratch_dir(const std::string& name) {
   return dir.string();
 }
 
+std::string text_excerpt(const std::string& scratch_name, const std::string& shared_text, std::size_t bytes) {
+  const std::string path = scratch_dir(scratch_name) + "/text.txt";
+  std::ofstream(path, std::ios::binary) << read_file(shared_model_path(shared_text)).substr(0, bytes);
+  return path;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot read " + path);

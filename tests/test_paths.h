@@ -1,6 +1,7 @@
 // Paths of the shared test models and of test data, fixed at configure time.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace kestrel::test {
@@ -16,5 +17,8 @@ std::string test_data_path(const std::string& relative);
 std::string scratch_dir(const std::string& name);
 // Reads a whole file; fails the test if it cannot.
 std::string read_file(const std::string& path);
+// The first `bytes` bytes of the shared text `shared_text` (a ../shared/models path) written to a
+// file in scratch directory `scratch_name`; its path (calibration text for the CLI's -f).
+std::string text_excerpt(const std::string& scratch_name, const std::string& shared_text, std::size_t bytes);
 
 }  // namespace kestrel::test

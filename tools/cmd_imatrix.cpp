@@ -2,15 +2,20 @@
 // (llama-imatrix's method and file format; engine/imatrix.h), for `kestrel quantize --imatrix`
 // or llama-quantize --imatrix.
 #include <chrono>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "cli_checks.h"
 #include "commands.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/progress.h"
+#include "core/thread_pool.h"
+#include "engine/compute_reencoding.h"
 #include "engine/imatrix.h"
 #include "perplexity_report.h"
+#include "quant/format.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
@@ -23,11 +28,23 @@ struct ImatrixOptions {
   int64_t chunks = -1;
   int threads = 0;
   bool process_output = false;
+  std::string compute_type;  // empty: the model's own weights
 };
 
 void imatrix(const ImatrixOptions& o) {
   const std::string text = read_input_file(o.file, "--file");
   const auto model = Model::load(o.model);
+  std::optional<ComputeReencoding> reencoding;
+  if (!o.compute_type.empty()) {
+    const auto type = dtype_from_name(o.compute_type);
+    if (!type || quant::find_format(*type) == nullptr) fail("--compute-type {}: not a type Kestrel can compute with", o.compute_type);
+    const auto t0 = std::chrono::steady_clock::now();
+    ThreadPool pool(o.threads > 0 ? o.threads : default_thread_count());
+    reencoding.emplace(*model, *type, pool);
+    fmt::print(stderr, "computing with the linear layers' matrices in {}: {} re-encoded in {:.1f} s, {} kept as they are\n",
+               dtype_name(*type), reencoding->reencoded(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), reencoding->kept());
+  }
   const auto tokenizer = Tokenizer::from_gguf(model->file());
   const auto start = std::chrono::steady_clock::now();
   const std::vector<TokenId> tokens = tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/false);
@@ -65,6 +82,9 @@ void register_imatrix(CLI::App& app) {
   cmd->add_option("--chunks", options->chunks, "use this many chunks (default: all)")->check(int_range(1, 1 << 30));
   cmd->add_option("-t,--threads", options->threads, "threads (default: the available CPUs)")->check(int_range(1, 1024));
   cmd->add_flag("--process-output", options->process_output, "also collect the output head's input");
+  cmd->add_option("--compute-type", options->compute_type,
+                  "re-encode the layers' matrices and an untied head in this type in memory for the pass (W8A8: the fastest prompt "
+                  "kernels); the activations, so the matrix, then differ slightly from the model's own");
   cmd->callback([options] { imatrix(*options); });
 }
 

@@ -1,14 +1,14 @@
 #include "calib/gptq.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <mutex>
 #include <numeric>
+#include <span>
 
-#include <Eigen/Cholesky>
 #include <Eigen/Core>
 
+#include "calib/cholesky.h"
 #include "calib/grid_format.h"
 #include "core/error.h"
 #include "quant/format.h"
@@ -23,30 +23,28 @@ double proxy_loss(const RowMajorD& e, const Eigen::Map<const RowMajorD>& h) {
   return (e * h).cwiseProduct(e).sum();
 }
 
-// u = the upper triangular U with U^T U = (h + lambda I)^-1, or false if h + lambda I is not
-// positive definite. Without forming the inverse: with J the order-reversing permutation and
-// J (h + lambda I) J = L L^T, U = J L^-1 J (then U^-1 U^-T = J L L^T J = h + lambda I). L^-1 is
-// solved a block of columns at a time on the pool; column block [c0, c1) of L^-1 is zero above
-// row c0, so only L's trailing part takes part.
-bool upper_cholesky_of_inverse(const Eigen::MatrixXd& h, double lambda, ThreadPool& pool, RowMajorD& u) {
+// u = the upper triangular U with U^T U = (H + lambda I)^-1 for H = h with its rows and columns
+// taken in the processing `order` (a zero diagonal entry, a dead column's, taken as 1), or false
+// if H + lambda I is not positive definite. Without forming the inverse: with J the order-reversing
+// permutation and J (H + lambda I) J = L L^T, U = J L^-1 J (then U^-1 U^-T = J L L^T J = H + lambda I).
+// Three n x n matrices at most (the Hessian, the factor, its inverse): the 8960-wide Hessian
+// of a 1.5B model's ffn_down is 642 MB in double.
+bool upper_cholesky_of_inverse(const Eigen::Map<const RowMajorD>& h, std::span<const int64_t> order, double lambda,
+                               ThreadPool& pool, RowMajorD& u) {
   const int64_t n = h.rows();
-  Eigen::MatrixXd reversed = h.reverse();
-  reversed.diagonal().array() += lambda;
-  const Eigen::LLT<Eigen::MatrixXd> llt(reversed);
-  if (llt.info() != Eigen::Success) return false;
-  const Eigen::MatrixXd l = llt.matrixL();
-  Eigen::MatrixXd l_inv = Eigen::MatrixXd::Zero(n, n);
-  constexpr int64_t kColumns = 64;
-  const int64_t blocks = (n + kColumns - 1) / kColumns;
-  std::atomic<int64_t> next{0};
-  pool.run([&](int, int) {
-    for (int64_t b = next++; b < blocks; b = next++) {
-      const int64_t c0 = b * kColumns, w = std::min(kColumns, n - c0);
-      auto x = l_inv.block(c0, c0, n - c0, w);
-      x.topRows(w).setIdentity();
-      l.bottomRightCorner(n - c0, n - c0).triangularView<Eigen::Lower>().solveInPlace(x);
+  Eigen::MatrixXd a(n, n);  // J H J + lambda I, lower triangle
+  pool.parallel_for(n, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t cj = order[size_t(n - 1 - j)];
+      for (int64_t i = j; i < n; ++i) a(i, j) = h(cj, order[size_t(n - 1 - i)]);  // row cj: contiguous
+      if (a(j, j) == 0.0) a(j, j) = 1.0;
+      a(j, j) += lambda;
     }
   });
+  if (!cholesky_lower_in_place(a, pool)) return false;
+  Eigen::MatrixXd l_inv;
+  lower_triangular_inverse(a, l_inv, pool);
+  a = Eigen::MatrixXd();
   if (!l_inv.allFinite()) return false;
   u = l_inv.reverse();
   return true;
@@ -80,11 +78,12 @@ std::vector<uint8_t> gptq_quantize(DType type, std::span<const float> w, int64_t
   st = GptqStats{};
 
   const Eigen::Map<const RowMajorD> h_in(hessian.h.data(), cols, cols);
-  Eigen::MatrixXd h = h_in;
   std::vector<float> w0(w.begin(), w.end());  // the weights with dead columns zeroed
+  std::vector<double> diagonal(static_cast<size_t>(cols));  // H's, a dead column's taken as 1
   for (int64_t c = 0; c < cols; ++c) {
-    if (h(c, c) == 0.0) {
-      h(c, c) = 1.0;
+    diagonal[size_t(c)] = h_in(c, c);
+    if (h_in(c, c) == 0.0) {
+      diagonal[size_t(c)] = 1.0;
       for (int64_t r = 0; r < rows; ++r) w0[size_t(r * cols + c)] = 0.0f;
       ++st.dead_columns;
     }
@@ -111,20 +110,16 @@ std::vector<uint8_t> gptq_quantize(DType type, std::span<const float> w, int64_t
   std::vector<int64_t> perm(static_cast<size_t>(cols));
   std::iota(perm.begin(), perm.end(), 0);
   if (o.act_order) {
-    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return h(a, a) > h(b, b); });
+    std::stable_sort(perm.begin(), perm.end(),
+                     [&](int64_t a, int64_t b) { return diagonal[size_t(a)] > diagonal[size_t(b)]; });
   }
-  Eigen::MatrixXd hp(cols, cols);
-  for (int64_t i = 0; i < cols; ++i) {
-    for (int64_t j = 0; j < cols; ++j) hp(i, j) = h(perm[size_t(i)], perm[size_t(j)]);
-  }
-  h = Eigen::MatrixXd();  // cols^2 doubles: the big copies are not kept longer than needed
 
-  // U: the upper Cholesky factor of (H + lambda I)^-1, dampening raised while H is not positive
-  // definite.
-  const double mean_diag = hp.diagonal().mean();
+  // U: the upper Cholesky factor of (H + lambda I)^-1 in the processing order, dampening raised
+  // while H is not positive definite.
+  const double mean_diag = std::accumulate(diagonal.begin(), diagonal.end(), 0.0) / double(cols);
   RowMajorD u;
   for (double damp = o.damp_percent;; damp *= 10.0) {
-    if (upper_cholesky_of_inverse(hp, damp * mean_diag, pool, u)) {
+    if (upper_cholesky_of_inverse(h_in, perm, damp * mean_diag, pool, u)) {
       st.damp_used = damp;
       break;
     }
@@ -133,7 +128,6 @@ std::vector<uint8_t> gptq_quantize(DType type, std::span<const float> w, int64_t
     }
   }
 
-  hp = Eigen::MatrixXd();
   std::vector<uint8_t> levels(static_cast<size_t>(rows * cols));
   pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
     const int64_t n = r1 - r0;

@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <set>
 #include <string>
 
@@ -28,12 +27,7 @@
 namespace kestrel {
 namespace {
 
-std::string calibration_text() {
-  const std::string path = test::scratch_dir("imatrix_moe_text") + "/text.txt";
-  const std::string text = test::read_file(test::shared_model_path("text/wikitext-2-test.txt")).substr(0, 20000);
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
-}
+std::string calibration_text() { return test::text_excerpt("imatrix_moe_text", "text/wikitext-2-test.txt", 20000); }
 
 // The same entries, the same counts, and sums of squares within 1e-4 of each entry's largest.
 void expect_same_imatrix(const ImportanceMatrix& mine, const ImportanceMatrix& ref) {

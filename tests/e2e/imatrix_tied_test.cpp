@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 #include <string>
 
 #include "cli_process.h"
@@ -18,12 +17,7 @@
 namespace kestrel {
 namespace {
 
-std::string calibration_text() {
-  const std::string path = test::scratch_dir("imatrix_tied_text") + "/text.txt";
-  const std::string text = test::read_file(test::shared_model_path("text/wikitext-2-test.txt")).substr(0, 20000);
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
-}
+std::string calibration_text() { return test::text_excerpt("imatrix_tied_text", "text/wikitext-2-test.txt", 20000); }
 
 // `kestrel imatrix` over 4 chunks of 64 tokens into `out`.
 ImportanceMatrix run_imatrix(const std::string& model, const std::string& out, const std::string& extra) {

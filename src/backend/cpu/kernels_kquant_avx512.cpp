@@ -1,5 +1,5 @@
 // AVX-512 kernels for the k-quants Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (those of llama.cpp's Q2_K,
-// Q3_K_M, Q4_K_M and Q5_K_M files) against Q8_K activations in the lane-major layout (kernels_lanes_avx512.h). A weight
+// Q3_K_M, Q4_K_M and Q5_K_M files) and the ternary TQ2_0 (Q2_K's bit layout) against Q8_K activations in the lane-major layout (kernels_lanes_avx512.h). A weight
 // decoder gathers its levels into the lanes' order (one vpermt2d per vector) and cuts the bits
 // out with one GF2P8AFFINEQB per vector (a bit matrix per qword: the low or the high nibble of
 // each byte, Q2_K/Q3_K's 2-bit field, or Q3_K/Q5_K/Q6_K's top bits moved into place).
@@ -219,6 +219,23 @@ struct Q3KKernel : OffsetLanesKernel<Q3KKernel> {
   }
 };
 
+// TQ2_0 (llama.cpp's ternary format; quant/blocks.h): qs[64] laid out as Q2_K's (value 128h + 32k +
+// l in bits 2k, 2k + 1 of qs[32h + l]), digits c = value + 1 in 0..3, one F16 d at 64 for the whole
+// super-block; the lanes start at -1 bsum_p.
+struct TQ2Kernel : OffsetLanesKernel<TQ2Kernel> {
+  static constexpr int64_t kBlockBytes = 66, kStepBytes = 66;
+  static constexpr DwordIndex kGather[4] = {half_gather(0), half_gather(1), half_gather(2), half_gather(3)};
+  static constexpr QwordMatrix kCrumbs = q2k_crumbs();
+  static W load_w(const uint8_t* row, int64_t s) {
+    const uint8_t* p = row + s * kBlockBytes;
+    W w;
+    w.scale = _mm512_set1_ps(fp16_to_f32(load_u16(p + 64)));
+    const __m512i qs = _mm512_loadu_si512(p);
+    for (int v = 0; v < 4; ++v) w.q[v] = gather_bits(qs, kGather[v], qs, kCrumbs);
+    return w;
+  }
+};
+
 constexpr FormatKernels kQ2K{DType::Q2_K, LaneLayout::row_bytes, convert_q8_k_lanes<0>, matmul_tile<Q2KKernel>};
 constexpr FormatKernels kQ3K{DType::Q3_K, LaneLayout::row_bytes, convert_q8_k_lanes<4>, matmul_tile<Q3KKernel>};
 constexpr FormatKernels kQ4K{DType::Q4_K, LaneLayout::row_bytes, convert_q8_k_lanes<0>,
@@ -226,6 +243,7 @@ constexpr FormatKernels kQ4K{DType::Q4_K, LaneLayout::row_bytes, convert_q8_k_la
 constexpr FormatKernels kQ5K{DType::Q5_K, LaneLayout::row_bytes, convert_q8_k_lanes<0>,
                              matmul_tile<Q45KKernel<true>>};
 constexpr FormatKernels kQ6K{DType::Q6_K, LaneLayout::row_bytes, convert_q8_k_lanes<32>, matmul_tile<Q6KKernel>};
+constexpr FormatKernels kTQ2{DType::TQ2_0, LaneLayout::row_bytes, convert_q8_k_lanes<1>, matmul_tile<TQ2Kernel>};
 
 }  // namespace
 
@@ -236,6 +254,7 @@ const FormatKernels* avx512_kquant_kernels(DType weight_type) {
     case DType::Q6_K: return &kQ6K;
     case DType::Q3_K: return &kQ3K;
     case DType::Q2_K: return &kQ2K;
+    case DType::TQ2_0: return &kTQ2;
     default: return nullptr;
   }
 }

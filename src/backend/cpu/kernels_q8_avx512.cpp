@@ -1,5 +1,5 @@
 // AVX-512 VNNI kernels for the formats whose activations are Q8_0 or Q8_1: Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1, IQ4_NL, NF4, INT8_PC, INT4_SYM_G32/64/128 (G32 is byte-identical to Q4_0), INT4_ASYM_G32/64/128
+// Q5_1, IQ4_NL, MXFP4, NF4, INT8_PC, INT4_SYM_G32/64/128 (G32 is byte-identical to Q4_0), INT4_ASYM_G32/64/128
 // (G32 is byte-identical to Q4_1), INT4_ZP_G32/64/128 and INT3_ASYM_G64/128, INT2_ASYM_G64/128.
 //
 // One step is 128 elements = four activation blocks of 32. A weight decoder turns a step of a
@@ -209,6 +209,51 @@ struct Iq4NlDecoder : G32Decoder<18, 2, -1, false, 128> {
   static WeightStep decode(const uint8_t* data, int64_t s) { return levels(Base::decode(data, s)); }
   // Past a partial quad the scales are 0, so whatever the padding's nibbles look up adds nothing.
   static WeightStep decode_tail(const uint8_t* p, int64_t valid) { return levels(Base::decode_tail(p, valid)); }
+};
+
+// MXFP4: blocks of 17 bytes (an E8M0 exponent e, then Q4_0's 16 bytes of nibbles), each nibble an
+// E2M1 code whose doubled level (kMXFP4Levels, -12 .. 12) is stored + 128 (C = 128): the nibbles
+// gathered as Q4_0's (from byte 1 of each block), one vpshufb to the levels, and each block's
+// scale 2^(e - 128) (the halving undone) as F32 bits, in vector form what quant::mxfp4_scale_bits
+// computes: (e - 1) << 23, or 0x00200000 << e for e < 2 (the subnormals). Past a partial quad the
+// bytes are zero: levels 0 and a finite scale, against activations that are zero there too.
+struct Mxfp4Decoder {
+  static constexpr int kBlock = 17, kSecond = 4 * kBlock - 64;
+  static constexpr int64_t kHeader = 0, kBlockElements = 32, kBlockBytes = kBlock;
+  static constexpr int C = 128;
+  static constexpr bool kAsym = false, kBlockScale = true, kRowScale = false;
+  static constexpr ByteIndex kQs = quad_bytes(kBlock, 1, 0, kSecond);
+  // Byte 4L of lane L (lanes 4j .. 4j + 3: block j) takes block j's exponent byte.
+  static constexpr ByteIndex kExponents = [] {
+    ByteIndex index{};
+    for (int i = 0; i < 64; ++i) index.b[i] = window_index(kBlock * (i / 16), kSecond);
+    return index;
+  }();
+  static constexpr ByteIndex kLevels = [] {
+    ByteIndex table{};
+    for (int i = 0; i < 64; ++i) table.b[i] = uint8_t(int(quant::kMXFP4Levels[i % 16]) + 128);
+    return table;
+  }();
+  static WeightStep decode_loaded(__m512i first, __m512i second) {
+    const __m512i qs = shuffle_window(kQs, first, second);
+    const __m512i table = _mm512_load_si512(kLevels.b);
+    WeightStep w{_mm512_shuffle_epi8(table, low_nibbles(qs)), _mm512_shuffle_epi8(table, high_nibbles(qs)),
+                 _mm512_setzero_ps(), _mm512_setzero_ps()};
+    const __m512i e = _mm512_and_si512(shuffle_window(kExponents, first, second), _mm512_set1_epi32(0xff));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    w.scale = _mm512_castsi512_ps(
+        _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), normal, subnormal));
+    return w;
+  }
+  static WeightStep decode(const uint8_t* data, int64_t s) {
+    const uint8_t* p = data + s * 4 * kBlockBytes;
+    prefetch_ahead(p, 256);
+    return decode_loaded(_mm512_loadu_si512(p), _mm512_loadu_si512(p + kSecond));
+  }
+  static WeightStep decode_tail(const uint8_t* p, int64_t valid) {
+    return decode_loaded(load_upto(p, valid), load_upto(p + kSecond, valid - kSecond));
+  }
 };
 
 // INT8_PC: an F32 row scale, then int8 values; levels q + 128; the row scale is applied at the end.
@@ -494,6 +539,7 @@ constexpr FormatKernels kQ4_1 = make_kernels<Q4_1Decoder>(DType::Q4_1);
 constexpr FormatKernels kQ5_0 = make_kernels<Q5_0Decoder>(DType::Q5_0);
 constexpr FormatKernels kQ5_1 = make_kernels<Q5_1Decoder>(DType::Q5_1);
 constexpr FormatKernels kIq4Nl = make_kernels<Iq4NlDecoder>(DType::IQ4_NL);
+constexpr FormatKernels kMxfp4 = make_kernels<Mxfp4Decoder>(DType::MXFP4);
 constexpr FormatKernels kNf4{DType::NF4, Q8Layout<4, false>::row_bytes, convert_q8_groups<4, false, Nf4QuadKernel::C>,
                              matmul_tile<Nf4QuadKernel>};
 constexpr FormatKernels kInt8Pc = make_kernels<Int8PcDecoder>(DType::INT8_PC);
@@ -522,6 +568,7 @@ const FormatKernels* avx512_q8_kernels(DType weight_type) {
     case DType::Q5_0: return &kQ5_0;
     case DType::Q5_1: return &kQ5_1;
     case DType::IQ4_NL: return &kIq4Nl;
+    case DType::MXFP4: return &kMxfp4;
     case DType::NF4: return &kNf4;
     case DType::INT8_PC: return &kInt8Pc;
     case DType::INT4_SYM_G32: return &kInt4Sym32;

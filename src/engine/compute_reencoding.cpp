@@ -1,0 +1,60 @@
+#include "engine/compute_reencoding.h"
+
+#include <vector>
+
+#include "convert/quant_recipe.h"
+#include "core/error.h"
+#include "model/activation_observer.h"
+#include "quant/format.h"
+
+namespace kestrel {
+
+ComputeReencoding::ComputeReencoding(Model& model, DType type, ThreadPool& pool) : model_(model) {
+  const quant::WeightFormat& format = quant::require_format(type);
+  try {
+    // Every dense layer matrix, then an untied output head (the head of a tied model is the
+    // embedding's lookup table too, which stays as it is).
+    std::vector<std::pair<std::string, const WeightView*>> matrices;
+    for (size_t il = 0; il < model.weights().layers.size(); ++il) {
+      for (LinearKind kind : kLayerLinearKinds) {
+        const WeightView& view = model.weights().layers[il].matrix(kind);
+        if (view.data != nullptr) matrices.emplace_back(linear_tensor_name(int64_t(il), kind), &view);
+      }  // a MoE layer's FFN and latent attention's K/V have no dense matrix here
+    }
+    if (!model.weights().tied_output && model.weights().output.data != nullptr) {
+      matrices.emplace_back("output.weight", &model.weights().output);
+    }
+    for (const auto& [name, view_pointer] : matrices) {
+      const WeightView view = *view_pointer;
+      if (view.type == type || quant_type_that_fits(type, view.cols) != type || !model.can_replace_matrix(name)) {
+        ++kept_;
+        continue;
+      }
+      // Row by row through one float row per thread (no float copy of the whole matrix).
+      const quant::WeightFormat& from = quant::require_format(view.type);
+      const int64_t in_row = quant::row_bytes(from, view.cols), row_size = quant::row_bytes(format, view.cols);
+      LargeBuffer& copy = copies_.emplace_back(size_t(row_size * view.rows));
+      uint8_t* out = copy.data();
+      pool.parallel_for(view.rows, [&](int64_t begin, int64_t end) {
+        std::vector<float> row(size_t(view.cols));
+        for (int64_t r = begin; r < end; ++r) {
+          from.dequantize_row(static_cast<const uint8_t*>(view.data) + r * in_row, row.data(), view.cols);
+          format.quantize_row(row.data(), out + r * row_size, view.cols);
+        }
+      });
+      WeightView replacement = view;
+      replacement.type = type;
+      replacement.data = out;
+      originals_.emplace_back(name, model.replace_matrix(name, replacement));
+    }
+  } catch (...) {
+    for (const auto& [name, original] : originals_) model_.replace_matrix(name, original);
+    throw;
+  }
+}
+
+ComputeReencoding::~ComputeReencoding() {
+  for (const auto& [name, original] : originals_) model_.replace_matrix(name, original);
+}
+
+}  // namespace kestrel

@@ -10,6 +10,9 @@
 namespace kestrel {
 
 ComputeReencoding::ComputeReencoding(Model& model, DType type, ThreadPool& pool) : model_(model) {
+  if (type == DType::Q8_1 || type == DType::Q8_K) {
+    fail("{} is an activation type (no weight kernels): the matrices cannot be computed in it", dtype_name(type));
+  }
   const quant::WeightFormat& format = quant::require_format(type);
   try {
     // Every dense layer matrix, then an untied output head (the head of a tied model is the

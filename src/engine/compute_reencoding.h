@@ -22,7 +22,7 @@ class ComputeReencoding {
   // Encodes every dense layer matrix of `model` (q/k/v/o, gate/up/down) and an untied output head
   // in `type` by round to nearest and points the model at the copies. Matrices already in `type`, whose rows cannot hold
   // its blocks, or which the model cannot swap (fused, expert or latent-attention tensors) keep
-  // their encoding. Throws for a type without kernels.
+  // their encoding. Throws for a type without weight kernels (the activation types Q8_1, Q8_K).
   ComputeReencoding(Model& model, DType type, ThreadPool& pool);
   // Points the model back at its own matrices.
   ~ComputeReencoding();

@@ -96,12 +96,17 @@ TEST(ImatrixComputeType, W8A8MatchesTheModelsOwnMatrixWithinTheActivationsDrift)
   EXPECT_LT(worst, 0.10);
 }
 
-TEST(ImatrixComputeType, AnUnknownTypeIsAClearError) {
+TEST(ImatrixComputeType, AnUnknownOrActivationTypeIsAClearError) {
   const auto run = test::run_kestrel("imatrix " + test::shared_model_path("stories260K.gguf") + " -f " +
                                      calibration_text() + " -c 128 --chunks 2 -o " +
                                      test::scratch_dir("imatrix_ct_bad") + "/x.gguf --compute-type W9A9");
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.err.find("--compute-type W9A9: not a type Kestrel can compute with"), std::string::npos) << run.err;
+  const auto activation = test::run_kestrel("imatrix " + test::shared_model_path("stories260K.gguf") + " -f " +
+                                            calibration_text() + " -c 128 --chunks 2 -o " +
+                                            test::scratch_dir("imatrix_ct_q8k") + "/x.gguf --compute-type Q8_K");
+  EXPECT_NE(activation.exit_code, 0);
+  EXPECT_NE(activation.err.find("Q8_K is an activation type (no weight kernels)"), std::string::npos) << activation.err;
 }
 
 }  // namespace

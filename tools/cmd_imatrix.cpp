@@ -34,6 +34,11 @@ struct ImatrixOptions {
 void imatrix(const ImatrixOptions& o) {
   const std::string text = read_input_file(o.file, "--file");
   const auto model = Model::load(o.model);
+  const auto tokenizer = Tokenizer::from_gguf(model->file());
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<TokenId> tokens = tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/false);
+  const int64_t available = require_chunks(o.file, tokens.size(), o.ctx, o.chunks, "--chunks", "--ctx");
+  // After the text is checked: a short text fails before the re-encoding's seconds are spent.
   std::optional<ComputeReencoding> reencoding;
   if (!o.compute_type.empty()) {
     const auto type = dtype_from_name(o.compute_type);
@@ -45,10 +50,6 @@ void imatrix(const ImatrixOptions& o) {
                dtype_name(*type), reencoding->reencoded(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), reencoding->kept());
   }
-  const auto tokenizer = Tokenizer::from_gguf(model->file());
-  const auto start = std::chrono::steady_clock::now();
-  const std::vector<TokenId> tokens = tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/false);
-  const int64_t available = require_chunks(o.file, tokens.size(), o.ctx, o.chunks, "--chunks", "--ctx");
   PerplexityOptions options = chunked_options(*tokenizer, o.ctx, o.batch, o.chunks, o.threads);
   options.kv = model->kv_spec(DType::F16, DType::F16);
   const int64_t total = o.chunks > 0 ? o.chunks : available;

@@ -1,10 +1,13 @@
 // AVX-512 kernels for the k-quants Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (those of llama.cpp's Q2_K,
-// Q3_K_M, Q4_K_M and Q5_K_M files) and the ternary TQ2_0 (Q2_K's bit layout) against Q8_K activations in the lane-major layout (kernels_lanes_avx512.h). A weight
+// Q3_K_M, Q4_K_M and Q5_K_M files) and the ternary TQ1_0 and TQ2_0 (Q2_K's bit layout) against Q8_K activations in the lane-major layout (kernels_lanes_avx512.h). A weight
 // decoder gathers its levels into the lanes' order (one vpermt2d per vector) and cuts the bits
 // out with one GF2P8AFFINEQB per vector (a bit matrix per qword: the low or the high nibble of
 // each byte, Q2_K/Q3_K's 2-bit field, or Q3_K/Q5_K/Q6_K's top bits moved into place).
 
 #include "backend/cpu/kernels_lanes_avx512.h"  // first: its target pragma covers this file
+
+#include <cstring>
+
 #include "backend/cpu/kernels_isa.h"
 #include "backend/cpu/kernels_tile.h"
 #include "quant/blocks.h"
@@ -236,6 +239,58 @@ struct TQ2Kernel : OffsetLanesKernel<TQ2Kernel> {
   }
 };
 
+// TQ1_0 (quant/blocks.h): 5 trits per byte, trit n of byte b = (uint8(b * 3^n) * 3) >> 8, taken
+// 32 16-bit lanes at a time as the AVX2 kernel takes them (kernels_ternary_avx2.cpp), each 128-bit
+// lane of a vector with its own power: natural vector i (values 64i .. 64i + 63) is
+//   i = 0, 1: qs[0, 32) twice, trits 2i and 2i + 1;  i = 2: qs[0, 32) trit 4, then qs[32, 48) trits 0, 1;
+//   i = 3: qs[32, 48) trits 2, 3, 4, then qh's 4 bytes (4 times) with trits 0..3 per dword pair.
+// The lanes want value 16p + 4v + i in vector v, lane p: natural dword 4p + v, gathered from the
+// four natural vectors by two vpermt2d and an insert per vector.
+struct TQ1Kernel : OffsetLanesKernel<TQ1Kernel> {
+  static constexpr int64_t kBlockBytes = 54, kStepBytes = 54;
+  // 16-bit lanes: 128-bit lane l of the vector gets power[l].
+  static __m512i powers(int p0, int p1, int p2, int p3) {
+    const __m128i a = _mm_set1_epi16(int16_t(p0)), b = _mm_set1_epi16(int16_t(p1));
+    const __m128i c = _mm_set1_epi16(int16_t(p2)), d = _mm_set1_epi16(int16_t(p3));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(b, a)), _mm256_set_m128i(d, c), 1);
+  }
+  static __m512i trits(__m512i v, __m512i power) {
+    const __m512i three = _mm512_set1_epi16(3);
+    const __m512i low = _mm512_mulhi_epu16(_mm512_mullo_epi16(v, _mm512_slli_epi16(power, 8)), three);
+    const __m512i high =
+        _mm512_mulhi_epu16(_mm512_mullo_epi16(_mm512_and_si512(v, _mm512_set1_epi16(int16_t(0xff00))), power), three);
+    return _mm512_or_si512(low, _mm512_slli_epi16(high, 8));
+  }
+  static constexpr DwordIndex kLaneGather[4] = {
+      {{0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0}}, {{1, 5, 9, 13, 17, 21, 25, 29, 0, 0, 0, 0, 0, 0, 0, 0}},
+      {{2, 6, 10, 14, 18, 22, 26, 30, 0, 0, 0, 0, 0, 0, 0, 0}}, {{3, 7, 11, 15, 19, 23, 27, 31, 0, 0, 0, 0, 0, 0, 0, 0}}};
+  static W load_w(const uint8_t* row, int64_t s) {
+    const uint8_t* p = row + s * kBlockBytes;
+    const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m128i middle = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32));
+    int32_t qh;
+    std::memcpy(&qh, p + 48, 4);
+    const __m512i both = _mm512_broadcast_i64x4(qs);
+    const __m512i middle4 = _mm512_broadcast_i32x4(middle);
+    __m512i natural[4];
+    natural[0] = trits(both, powers(1, 1, 3, 3));
+    natural[1] = trits(both, powers(9, 9, 27, 27));
+    natural[2] = trits(_mm512_inserti64x4(both, _mm512_castsi512_si256(middle4), 1), powers(81, 81, 1, 3));
+    const __m512i tail = _mm512_inserti32x4(middle4, _mm_set1_epi32(qh), 3);
+    const __m512i tail_power = _mm512_inserti32x4(powers(9, 27, 81, 0), _mm_setr_epi16(1, 1, 3, 3, 9, 9, 27, 27), 3);
+    natural[3] = trits(tail, tail_power);
+    W w;
+    w.scale = _mm512_set1_ps(fp16_to_f32(load_u16(p + 52)));
+    for (int v = 0; v < 4; ++v) {
+      const __m512i index = _mm512_load_si512(kLaneGather[v].i);
+      const __m512i low = _mm512_permutex2var_epi32(natural[0], index, natural[1]);
+      const __m512i high = _mm512_permutex2var_epi32(natural[2], index, natural[3]);
+      w.q[v] = _mm512_inserti64x4(low, _mm512_castsi512_si256(high), 1);
+    }
+    return w;
+  }
+};
+
 constexpr FormatKernels kQ2K{DType::Q2_K, LaneLayout::row_bytes, convert_q8_k_lanes<0>, matmul_tile<Q2KKernel>};
 constexpr FormatKernels kQ3K{DType::Q3_K, LaneLayout::row_bytes, convert_q8_k_lanes<4>, matmul_tile<Q3KKernel>};
 constexpr FormatKernels kQ4K{DType::Q4_K, LaneLayout::row_bytes, convert_q8_k_lanes<0>,
@@ -243,6 +298,7 @@ constexpr FormatKernels kQ4K{DType::Q4_K, LaneLayout::row_bytes, convert_q8_k_la
 constexpr FormatKernels kQ5K{DType::Q5_K, LaneLayout::row_bytes, convert_q8_k_lanes<0>,
                              matmul_tile<Q45KKernel<true>>};
 constexpr FormatKernels kQ6K{DType::Q6_K, LaneLayout::row_bytes, convert_q8_k_lanes<32>, matmul_tile<Q6KKernel>};
+constexpr FormatKernels kTQ1{DType::TQ1_0, LaneLayout::row_bytes, convert_q8_k_lanes<1>, matmul_tile<TQ1Kernel>};
 constexpr FormatKernels kTQ2{DType::TQ2_0, LaneLayout::row_bytes, convert_q8_k_lanes<1>, matmul_tile<TQ2Kernel>};
 
 }  // namespace
@@ -254,6 +310,7 @@ const FormatKernels* avx512_kquant_kernels(DType weight_type) {
     case DType::Q6_K: return &kQ6K;
     case DType::Q3_K: return &kQ3K;
     case DType::Q2_K: return &kQ2K;
+    case DType::TQ1_0: return &kTQ1;
     case DType::TQ2_0: return &kTQ2;
     default: return nullptr;
   }

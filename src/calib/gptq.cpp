@@ -24,21 +24,20 @@ double proxy_loss(const RowMajorD& e, const Eigen::Map<const RowMajorD>& h) {
 }
 
 // u = the upper triangular U with U^T U = (H + lambda I)^-1 for H = h with its rows and columns
-// taken in the processing `order` (a zero diagonal entry, a dead column's, taken as 1), or false
-// if H + lambda I is not positive definite. Without forming the inverse: with J the order-reversing
+// taken in the processing `order` and its diagonal replaced by `diagonal` (h's, with a dead
+// column's zero taken as 1), or false if H + lambda I is not positive definite. Without forming the inverse: with J the order-reversing
 // permutation and J (H + lambda I) J = L L^T, U = J L^-1 J (then U^-1 U^-T = J L L^T J = H + lambda I).
 // Three n x n matrices at most (the Hessian, the factor, its inverse): the 8960-wide Hessian
 // of a 1.5B model's ffn_down is 642 MB in double.
-bool upper_cholesky_of_inverse(const Eigen::Map<const RowMajorD>& h, std::span<const int64_t> order, double lambda,
-                               ThreadPool& pool, RowMajorD& u) {
+bool upper_cholesky_of_inverse(const Eigen::Map<const RowMajorD>& h, std::span<const double> diagonal,
+                               std::span<const int64_t> order, double lambda, ThreadPool& pool, RowMajorD& u) {
   const int64_t n = h.rows();
   Eigen::MatrixXd a(n, n);  // J H J + lambda I, lower triangle
   pool.parallel_for(n, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t cj = order[size_t(n - 1 - j)];
-      for (int64_t i = j; i < n; ++i) a(i, j) = h(cj, order[size_t(n - 1 - i)]);  // row cj: contiguous
-      if (a(j, j) == 0.0) a(j, j) = 1.0;
-      a(j, j) += lambda;
+      a(j, j) = diagonal[size_t(cj)] + lambda;
+      for (int64_t i = j + 1; i < n; ++i) a(i, j) = h(cj, order[size_t(n - 1 - i)]);  // row cj: contiguous
     }
   });
   if (!cholesky_lower_in_place(a, pool)) return false;
@@ -119,7 +118,7 @@ std::vector<uint8_t> gptq_quantize(DType type, std::span<const float> w, int64_t
   const double mean_diag = std::accumulate(diagonal.begin(), diagonal.end(), 0.0) / double(cols);
   RowMajorD u;
   for (double damp = o.damp_percent;; damp *= 10.0) {
-    if (upper_cholesky_of_inverse(h_in, perm, damp * mean_diag, pool, u)) {
+    if (upper_cholesky_of_inverse(h_in, diagonal, perm, damp * mean_diag, pool, u)) {
       st.damp_used = damp;
       break;
     }

@@ -21,27 +21,31 @@ std::vector<uint8_t> reencode(ThreadPool& pool, const gguf::TensorInfo& t, const
                               const quant::WeightFormat& to, const ImatrixEntry* importance) {
   const int64_t n = t.dims[0];
   const int64_t rows = t.num_elements / n;
-  const int64_t in_row = quant::row_bytes(from, n);
-  const int64_t out_row = quant::row_bytes(to, n);
   std::vector<std::vector<float>> means;
   if (importance != nullptr) {
     for (size_t m = 0; m < importance->counts.size(); ++m) means.push_back(importance->mean(int64_t(m)));
   }
   const int64_t rows_per_mat = means.empty() ? rows : rows / int64_t(means.size());
-  std::vector<uint8_t> bytes(size_t(rows * out_row));
-  pool.parallel_for(rows, [&](int64_t begin, int64_t end) {
-    std::vector<float> row(static_cast<size_t>(n));
-    for (int64_t r = begin; r < end; ++r) {
-      from.dequantize_row(t.data + r * in_row, row.data(), n);
-      const float* weights =
-          means.empty() ? nullptr : means[size_t(std::min<int64_t>(r / rows_per_mat, int64_t(means.size()) - 1))].data();
-      quant::quantize_row_with_importance(to, row.data(), bytes.data() + r * out_row, n, weights);
-    }
+  std::vector<uint8_t> bytes(size_t(rows * quant::row_bytes(to, n)));
+  reencode_rows(pool, t.data, from, to, rows, n, bytes.data(), [&](int64_t r) -> const float* {
+    return means.empty() ? nullptr : means[size_t(std::min<int64_t>(r / rows_per_mat, int64_t(means.size()) - 1))].data();
   });
   return bytes;
 }
 
 }  // namespace
+
+void reencode_rows(ThreadPool& pool, const uint8_t* src, const quant::WeightFormat& from, const quant::WeightFormat& to,
+                   int64_t rows, int64_t n, uint8_t* dst, const std::function<const float*(int64_t)>& importance) {
+  const int64_t in_row = quant::row_bytes(from, n), out_row = quant::row_bytes(to, n);
+  pool.parallel_for(rows, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(static_cast<size_t>(n));
+    for (int64_t r = begin; r < end; ++r) {
+      from.dequantize_row(src + r * in_row, row.data(), n);
+      quant::quantize_row_with_importance(to, row.data(), dst + r * out_row, n, importance ? importance(r) : nullptr);
+    }
+  });
+}
 
 // What the mixtures' rules read: {arch}.block_count (or, without it, one more than the highest
 // "blk.N." in the tensor names), the head counts (1 when absent) and {arch}.expert_count.

@@ -15,7 +15,9 @@
 #include "convert/imatrix_file.h"
 #include "convert/quant_recipe.h"
 #include "core/dtype.h"
+#include "core/thread_pool.h"
 #include "loader/gguf_reader.h"
+#include "quant/format.h"
 
 namespace kestrel {
 
@@ -58,6 +60,13 @@ void requantize_gguf(const std::string& input_path, const std::string& output_pa
 // Every matrix as `target` (pure_quant_recipe(target)).
 void requantize_gguf(const std::string& input_path, const std::string& output_path, DType target,
                      const std::function<void(const RequantizeNote&)>& on_tensor);
+
+// `rows` rows of n values at `src` in format `from` re-encoded in `to` at `dst` (rows x
+// row_bytes(to, n) bytes), through one float row per thread over the pool. importance(r): null,
+// or the column weights row r is quantized with (to's weighted quantizer); no function: none.
+void reencode_rows(ThreadPool& pool, const uint8_t* src, const quant::WeightFormat& from, const quant::WeightFormat& to,
+                   int64_t rows, int64_t n, uint8_t* dst,
+                   const std::function<const float*(int64_t)>& importance = nullptr);
 
 // The type a tensor gets when every matrix is to be `target`: target, or its fallback if rows do
 // not divide into target blocks (quant_type_that_fits); 1-D tensors stay F32.

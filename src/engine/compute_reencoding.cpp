@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "convert/quant_recipe.h"
+#include "convert/requantize.h"
 #include "core/error.h"
 #include "model/activation_observer.h"
 #include "quant/format.h"
@@ -33,21 +34,13 @@ ComputeReencoding::ComputeReencoding(Model& model, DType type, ThreadPool& pool)
         ++kept_;
         continue;
       }
-      // Row by row through one float row per thread (no float copy of the whole matrix).
-      const quant::WeightFormat& from = quant::require_format(view.type);
-      const int64_t in_row = quant::row_bytes(from, view.cols), row_size = quant::row_bytes(format, view.cols);
+      const int64_t row_size = quant::row_bytes(format, view.cols);
       LargeBuffer& copy = copies_.emplace_back(size_t(row_size * view.rows));
-      uint8_t* out = copy.data();
-      pool.parallel_for(view.rows, [&](int64_t begin, int64_t end) {
-        std::vector<float> row(size_t(view.cols));
-        for (int64_t r = begin; r < end; ++r) {
-          from.dequantize_row(static_cast<const uint8_t*>(view.data) + r * in_row, row.data(), view.cols);
-          format.quantize_row(row.data(), out + r * row_size, view.cols);
-        }
-      });
+      reencode_rows(pool, static_cast<const uint8_t*>(view.data), quant::require_format(view.type), format, view.rows,
+                    view.cols, copy.data());
       WeightView replacement = view;
       replacement.type = type;
-      replacement.data = out;
+      replacement.data = copy.data();
       originals_.emplace_back(name, model.replace_matrix(name, replacement));
     }
   } catch (...) {

@@ -5,8 +5,8 @@
 // IQ3_XXS's from {4, 12, ..., 62}, all even, so its value d / 4 (2 s + 1) sign g is taken as
 // d / 2 (2 s + 1) sign g / 2 with g / 2 <= 31 (halved bytes and doubled d: exact). Per 32-value
 // sub-block:
-//   magnitudes  8 grid entries, looked up one by one (scalar loads: gathers are slower on the Zen
-//               cores this was written for);
+//   magnitudes  8 grid entries: IQ3_XXS's looked up one by one (scalar loads), IQ3_S's gathered
+//               (see Iq3SLayout::magnitudes);
 //   signs       +-1 per byte: IQ3_XXS from an 8-byte table per 7-bit sign index (its parity bit
 //               included), IQ3_S by spreading its 32 sign bits over the bytes;
 //   levels      sign x g (IQ3_XXS: g / 2) + 32, unsigned (1 .. 63): the kernel's offset 32;
@@ -129,14 +129,14 @@ struct Iq3SLayout : Iq3GridLayout<Iq3SLayout>, SignTrickDecode<Iq3SLayout> {
     const __m128i codes = _mm_unpacklo_epi8(low, high);  // code j in byte j
     return group_scales(_mm_add_epi8(_mm_add_epi8(codes, codes), _mm_set1_epi8(1)));
   }
+  // The 9-bit indices (qs | the qh bit) made in a vector and the 8 entries gathered: on a Zen 3
+  // core 1.2x the decode of 8 scalar index computations and loads, prefill level
+  // (docs/PERFORMANCE.md); IQ3_XXS's 8-bit indices stay scalar (its gather measured 0.75x).
   static __m256i magnitudes(const uint8_t* p, int j) {
-    const uint8_t* q = p + 2 + 8 * j;
-    const uint32_t h = p[66 + j];
-    const uint32_t* g = quant::kIQ3SGrid;
-    return _mm256_setr_epi32(int(g[q[0] | (h << 8 & 256)]), int(g[q[1] | (h << 7 & 256)]),
-                             int(g[q[2] | (h << 6 & 256)]), int(g[q[3] | (h << 5 & 256)]),
-                             int(g[q[4] | (h << 4 & 256)]), int(g[q[5] | (h << 3 & 256)]),
-                             int(g[q[6] | (h << 2 & 256)]), int(g[q[7] | (h << 1 & 256)]));
+    const __m256i low = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 2 + 8 * j)));
+    const __m256i high = _mm256_and_si256(
+        _mm256_sllv_epi32(_mm256_set1_epi32(p[66 + j]), _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1)), _mm256_set1_epi32(256));
+    return _mm256_i32gather_epi32(reinterpret_cast<const int*>(quant::kIQ3SGrid), _mm256_or_si256(low, high), 4);
   }
   // Byte i takes bit i % 8 of sign byte i / 8: -1 where set, else +1.
   static __m256i signs(const uint8_t* p, int j) {

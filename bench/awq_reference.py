@@ -11,7 +11,9 @@ Every other tensor stays float32 in all three, so the candidates differ from the
 layer matrices. Kestrel loads awq/ and rtn/ as INT4_ZP_G<GROUP> (src/loader/hf_quantized.cpp); the
 figures come from `kestrel eval base awq` and `kestrel eval base rtn` (docs/QUANTIZATION.md).
 
-Needs the venv of scripts/gen_prequant_fixtures.py plus gguf==0.17.1 (transformers' GGUF reader).
+Needs the venv of scripts/gen_prequant_fixtures.py plus gguf==0.17.1 (transformers' GGUF reader),
+and what the modules imported here import in turn: pypcre==0.6.4 logbar==0.4.15 device-smi==0.5.7
+threadpoolctl==3.8.0 (gptqmodel's utils) and datasets==4.0.0 (AutoAWQ's calib_data).
   /tmp/hfvenv/bin/python bench/awq_reference.py GGUF CALIB_TEXT OUT_DIR [--chunks 8] [--ctx 512]
 """
 

@@ -63,10 +63,11 @@ class CpuBackend final : public Backend {
   static constexpr int64_t kRowGrain = 16;  // a call with no more rows runs on the calling thread
   // Row chunks are multiples of this: whole register tiles of every kernel (rows of 2, 3, 4, 8).
   static constexpr int64_t kChunkAlign = 48;
-  // Chunks per thread a matrix is cut into (see chunk_rows) for batches (compute-bound), and for
-  // one token (bound by memory: one contiguous range per thread streams best; Gemma 3 270M
-  // decode ran ~2-8% slower with 8 chunks per thread, in alternating runs).
-  static constexpr int64_t kChunksPerThread = 8, kDecodeChunksPerThread = 1;
+  // Chunks per thread a matrix is cut into (see chunk_rows) for batches (compute-bound); for one
+  // token the format's kernels say (FormatKernels::decode_chunks_per_thread: 1 where decode is bound
+  // by memory, one contiguous range per thread streaming best; Gemma 3 270M decode ran ~2-8%
+  // slower with 8 chunks per thread, in alternating runs).
+  static constexpr int64_t kChunksPerThread = 8;
   // Checks w, finds its kernels and converts x[n][w.cols] for them into scratch slot `slot`,
   // unless an earlier entry of `done` already holds x in the same layout (then shares it).
   PreparedMatmul prepare(const WeightView& w, const float* x, int64_t n, int slot,
@@ -91,7 +92,7 @@ class CpuBackend final : public Backend {
   // of a call take chunks from a shared counter instead of a fixed share each: a thread that
   // another process delays (the machines this runs on are shared) leaves its chunks to the others
   // instead of holding up the whole call. Results do not depend on who runs a chunk (kernels.h).
-  static int64_t chunk_rows(int64_t rows, int64_t n, int threads);
+  static int64_t chunk_rows(int64_t rows, int64_t n, int threads, const cpu::FormatKernels& kernels);
   // x += y (y may be null), then out = the norm of each row: RMSNorm, or LayerNorm (`centered`)
   // with an optional bias.
   void row_norm(float* x, const float* y, const float* weight, const float* bias, bool centered, int64_t n,

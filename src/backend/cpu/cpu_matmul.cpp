@@ -103,8 +103,8 @@ void CpuBackend::run_chunks(int64_t max_rows, int64_t chunks, const std::functio
   }
 }
 
-int64_t CpuBackend::chunk_rows(int64_t rows, int64_t n, int threads) {
-  const int64_t chunks = threads * (n == 1 ? kDecodeChunksPerThread : kChunksPerThread);
+int64_t CpuBackend::chunk_rows(int64_t rows, int64_t n, int threads, const cpu::FormatKernels& kernels) {
+  const int64_t chunks = threads * (n == 1 ? kernels.decode_chunks_per_thread : kChunksPerThread);
   const int64_t target = (rows + chunks - 1) / chunks;
   return std::max<int64_t>(kChunkAlign, (target + kChunkAlign - 1) / kChunkAlign * kChunkAlign);
 }
@@ -131,7 +131,7 @@ void CpuBackend::matmul_many(std::span<const WeightView> ws, const float* x, int
   // Chunks [first[i], first[i + 1]) of the shared counter belong to matrix i.
   int64_t chunk[kMaxMatmuls], first[kMaxMatmuls + 1] = {0};
   for (size_t i = 0; i < count; ++i) {
-    chunk[i] = chunk_rows(prepared[i].rows, n, pool_.num_threads());
+    chunk[i] = chunk_rows(prepared[i].rows, n, pool_.num_threads(), *prepared[i].kernels);
     first[i + 1] = first[i] + (prepared[i].rows + chunk[i] - 1) / chunk[i];
   }
   run_chunks(max_rows, first[count], [&](int64_t c) {
@@ -155,7 +155,7 @@ void CpuBackend::gated_ffn(const WeightView& gate, const WeightView& up, GatedAc
   const int64_t rows = gate.rows;
   up_scratch_.resize(size_t(n * rows));
   float* up_out = up_scratch_.data();
-  const int64_t chunk = chunk_rows(rows, n, pool_.num_threads());
+  const int64_t chunk = chunk_rows(rows, n, pool_.num_threads(), *prepared[0].kernels);
   run_chunks(rows, (rows + chunk - 1) / chunk, [&](int64_t c) {
     const int64_t begin = c * chunk, end = std::min(rows, begin + chunk);
     run_rows(prepared[0], n, begin, end, out);
@@ -252,7 +252,7 @@ void CpuBackend::run_grouped(std::span<const PreparedMatmul> gates, std::span<co
   for (size_t i = 0; i < count; ++i) {
     const int64_t rows = ns[i] > 0 ? gates[i].rows : 0;
     max_rows = std::max(max_rows, rows);
-    chunk[i] = chunk_rows(gates[i].rows, ns[i], pool_.num_threads());
+    chunk[i] = chunk_rows(gates[i].rows, ns[i], pool_.num_threads(), *gates[i].kernels);
     first[i + 1] = first[i] + (rows + chunk[i] - 1) / chunk[i];
   }
   if (first[count] == 0) return;

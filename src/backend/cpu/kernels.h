@@ -46,6 +46,10 @@ struct FormatKernels {
   int64_t (*activation_row_bytes)(int64_t k) = nullptr;
   ConvertRowFn convert_activations = nullptr;
   MatmulTileFn matmul_tile = nullptr;
+  // Row chunks per thread for one token (CpuBackend::chunk_rows): 1 for memory-bound decode (one
+  // contiguous stream per thread reads best); more where the kernel's decode is bound by its own
+  // arithmetic, so threads that a shared machine slows leave chunks to the others.
+  int64_t decode_chunks_per_thread = 1;
 };
 
 enum class Isa { Scalar, Avx2, Avx512 };

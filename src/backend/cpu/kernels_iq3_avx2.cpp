@@ -151,8 +151,10 @@ struct Iq3SLayout : Iq3GridLayout<Iq3SLayout>, SignTrickDecode<Iq3SLayout> {
 
 constexpr FormatKernels kIq3Xxs{DType::IQ3_XXS, Q8KLayout::row_bytes, convert_q8_k,
                                 interleaved_matmul<SymmetricKInterleave<Iq3XxsLayout>>};
+// IQ3_S's decode is bound by its grid gathers, not memory: 4 row chunks per thread (a Zen 3 VM,
+// 2 threads, alternated: 1.17x the decode of one chunk each; docs/PERFORMANCE.md).
 constexpr FormatKernels kIq3S{DType::IQ3_S, Q8KLayout::row_bytes, convert_q8_k,
-                              interleaved_matmul<SymmetricKInterleave<Iq3SLayout>>};
+                              interleaved_matmul<SymmetricKInterleave<Iq3SLayout>>, 4};
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "quant/format.h"
 
 namespace kestrel::cli {
 
@@ -66,6 +67,12 @@ CLI::Validator existing_file() {
         return problem.empty() ? "" : fmt::format("{}: {}", path, problem);
       },
       "FILE");
+}
+
+DType kernel_type_named(const std::string& name, std::string_view option, std::string_view use) {
+  const auto type = dtype_from_name(name);
+  if (!type || quant::find_format(*type) == nullptr) fail("{} {}: not a type Kestrel can {}", option, name, use);
+  return *type;
 }
 
 std::string read_input_file(const std::string& path, std::string_view option) {

@@ -9,6 +9,8 @@
 //   read_input_file          reads such a file; also an error when it is empty. perplexity, eval,
 //                            imatrix, quantize --calib, batch -i, bench --prompt-file and the
 //                            grammar files all read through it.
+//   kernel_type_named        a type name given to an option (quantize's per-tensor types,
+//                            imatrix --compute-type).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,8 @@
 #include <string_view>
 
 #include <CLI/CLI.hpp>
+
+#include "core/dtype.h"
 
 namespace kestrel::cli {
 
@@ -34,5 +38,9 @@ CLI::Validator existing_file();
 // The whole file; a clear error naming `option` when the file is missing, a directory,
 // unreadable or empty.
 std::string read_input_file(const std::string& path, std::string_view option);
+
+// The type named `name` (given to `option`), which must have kernels; else a clear error
+// "OPTION NAME: not a type Kestrel can USE" (USE: "write", "compute with").
+DType kernel_type_named(const std::string& name, std::string_view option, std::string_view use);
 
 }  // namespace kestrel::cli

@@ -15,7 +15,6 @@
 #include "engine/compute_reencoding.h"
 #include "engine/imatrix.h"
 #include "perplexity_report.h"
-#include "quant/format.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
@@ -41,13 +40,12 @@ void imatrix(const ImatrixOptions& o) {
   // After the text is checked: a short text fails before the re-encoding's seconds are spent.
   std::optional<ComputeReencoding> reencoding;
   if (!o.compute_type.empty()) {
-    const auto type = dtype_from_name(o.compute_type);
-    if (!type || quant::find_format(*type) == nullptr) fail("--compute-type {}: not a type Kestrel can compute with", o.compute_type);
+    const DType type = kernel_type_named(o.compute_type, "--compute-type", "compute with");
     const auto t0 = std::chrono::steady_clock::now();
     ThreadPool pool(o.threads > 0 ? o.threads : default_thread_count());
-    reencoding.emplace(*model, *type, pool);
+    reencoding.emplace(*model, type, pool);
     fmt::print(stderr, "computing with the linear layers' matrices in {}: {} re-encoded in {:.1f} s, {} kept as they are\n",
-               dtype_name(*type), reencoding->reencoded(),
+               dtype_name(type), reencoding->reencoded(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), reencoding->kept());
   }
   PerplexityOptions options = chunked_options(*tokenizer, o.ctx, o.batch, o.chunks, o.threads);

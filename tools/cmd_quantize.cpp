@@ -56,12 +56,8 @@ struct QuantizeOptions {
   AutoQuantizeOptions automatic;  // type "auto"
 };
 
-// A type name given for one tensor (--output-tensor-type, --token-embedding-type).
-DType tensor_type(const std::string& name, const char* option) {
-  const auto type = dtype_from_name(name);
-  if (!type || quant::find_format(*type) == nullptr) fail("{} {}: not a type Kestrel can write", option, name);
-  return *type;
-}
+// A type name given for one tensor (--tensor-type, --output-tensor-type, --token-embedding-type).
+DType tensor_type(const std::string& name, const char* option) { return kernel_type_named(name, option, "write"); }
 
 // The calibration text's tokens, checked to make `chunks` chunks of `ctx`.
 std::vector<TokenId> calibration_tokens(const Tokenizer& tokenizer, const QuantizeOptions& o) {

@@ -16,6 +16,7 @@
 
 #include "cli_checks.h"
 #include "calib/gptq.h"
+#include "calib/grid_format.h"
 #include "commands.h"
 #include "convert/requantize.h"
 #include "core/error.h"
@@ -113,8 +114,8 @@ std::map<std::string, EncodedTensor> gptq_tensors(const std::string& input, cons
     other_types += fmt::format("{}{} x {}", other_types.empty() ? "" : ", ", count, dtype_name(type));
   }
   if (targets.empty()) {
-    fail("--method gptq: no layer matrix of {} is to become a type GPTQ can target (Q4_K, INT4_SYM_G32/G64/G128, "
-         "INT4_ASYM_G32/G64/G128, INT4_ZP_G32/G64/G128, INT3_ASYM_G64/G128, INT2_ASYM_G64/G128); {} gives: {}", input, recipe.name, other_types);
+    fail("--method gptq: no layer matrix of {} is to become a type GPTQ can target ({}); {} gives: {}", input,
+         calib::kGptqTargets, recipe.name, other_types);
   }
   if (!other_types.empty()) {
     fmt::print(stderr, "gptq: the other matrices by their type's quantizer, with this pass's importance matrix "

@@ -87,7 +87,7 @@ std::vector<uint8_t> gptq_quantize(DType type, std::span<const float> w, int64_t
       ++st.dead_columns;
     }
   }
-  // The importance of each column for formats whose quantizer weighs its error (Q4_K): the mean
+  // The importance of each column for formats whose quantizer weighs its error (k-quants): the mean
   // squared input, i.e. the imatrix, which is half the Hessian's diagonal.
   std::vector<float> importance(static_cast<size_t>(cols));
   for (int64_t c = 0; c < cols; ++c) importance[size_t(c)] = float(h_in(c, c) / 2.0);

@@ -14,8 +14,8 @@
 // reads without any reordering. Without act_order a group's grid is chosen from the updated
 // weights when its first column comes up.
 //
-// The grids are the target format's own, chosen by its own quantizer (calib/grid_format.h: Q4_K's
-// importance-weighted one with half H's diagonal, the imatrix, as importance; Kestrel's INT4
+// The grids are the target format's own, chosen by its own quantizer (calib/grid_format.h: the
+// k-quants' importance-weighted one with half H's diagonal, the imatrix, as importance; Kestrel's INT4
 // per-group formats' round-to-nearest), so with a diagonal H GPTQ gives that quantizer's bytes.
 #pragma once
 
@@ -51,7 +51,7 @@ struct GptqStats {
   int64_t dead_columns = 0;  // columns no calibration input reached
   // Proxy losses sum_r (w_r - q_r)^T H (w_r - q_r) with the undampened H (what the layer's output
   // error is, over the calibration set), for GPTQ's result and for the format's own quantizer
-  // (round-to-nearest; importance-weighted with the imatrix, half H's diagonal, for Q4_K); filled
+  // (round-to-nearest; importance-weighted with the imatrix, half H's diagonal, for the k-quants); filled
   // when asked for (it costs as much as GPTQ itself).
   double proxy_loss = 0.0;
   double proxy_loss_baseline = 0.0;
@@ -61,8 +61,8 @@ struct GptqStats {
   bool kept_baseline = false;
 };
 
-// True for the formats GPTQ can target (calib/grid_format.h: Q4_K, INT4_SYM_G32/64/128,
-// INT4_ASYM_G32/64/128, INT3_ASYM_G64/128, INT2_ASYM_G64/128).
+// True for the formats GPTQ can target (calib/grid_format.h's kGptqTargets: the k-quants Q2_K..Q6_K
+// and Kestrel's INT4/INT3/INT2 per-group formats).
 bool gptq_supports(DType type);
 
 // The Hessian accumulator's product 2/n X^T X over every input it was shown: [cols][cols],

@@ -90,37 +90,75 @@ class IntLowBitGrid : public GridFormat {
   }
 };
 
-// llama.cpp's Q4_K: super-blocks of 256 values, one grid per 32-value sub-block from the F16 d and
-// dmin times that sub-block's 6-bit scale and min codes.
-class Q4KGrid : public GridFormat {
+// llama.cpp's k-quants: super-blocks of 256 values whose sub-blocks each have their own grid, from
+// the F16 super-block scale(s) times the sub-block's codes (quant/blocks.h):
+//   Q4_K, Q5_K: 8 sub-blocks of 32, 6-bit scale and min codes; levels 0..15 / 0..31, x = d sc q - dmin m
+//   Q2_K: 16 of 16, 4-bit scale and min codes; levels 0..3, x = d sc q - dmin m
+//   Q3_K: 16 of 16, signed 6-bit scales; levels -4..3, x = d sc q
+//   Q6_K: 16 of 16, int8 scales; levels -32..31, x = d sc q
+// The grids are read back from the block the format's quantizer wrote; a symmetric format's step
+// may be negative (a negative scale code), which the level rounding handles as it is.
+template <typename Block>
+class KQuantGrid : public GridFormat {
  public:
-  Q4KGrid() : GridFormat(DType::Q4_K, quant::kQK_K, 32, sizeof(quant::BlockQ4_K)) {}
+  using ReadGrids = void (*)(const Block&, AffineGrid*);
+  using PackLevels = void (*)(const uint8_t*, Block&);
+  KQuantGrid(DType type, int64_t group, ReadGrids read, PackLevels pack)
+      : GridFormat(type, quant::kQK_K, group, sizeof(Block)), read_(read), pack_(pack) {}
 
   void choose(const float* values, const float* importance, uint8_t* block, AffineGrid* grids) const override {
-    quant::quantize_row_with_importance(quant::require_format(DType::Q4_K), values, block, quant::kQK_K, importance);
-    quant::BlockQ4_K b;
+    quant::quantize_row_with_importance(quant::require_format(type()), values, block, quant::kQK_K, importance);
+    Block b;
     std::memcpy(&b, block, sizeof b);
-    const float d = fp16_to_float(b.d), dmin = fp16_to_float(b.dmin);
-    for (int j = 0; j < quant::kQK_K / 32; ++j) {
-      uint8_t sc, m;
-      quant::kquant_scale_min(b.scales, j, &sc, &m);
-      AffineGrid& grid = grids[j];
-      grid.step = d * float(sc);
-      grid.inverse = grid.step > 0.0f ? 1.0f / grid.step : 0.0f;
-      grid.shift = dmin * float(m);
-      grid.qmin = 0, grid.qmax = 15, grid.offset = 0;
-    }
+    read_(b, grids);
   }
 
   void set_levels(uint8_t* block, const uint8_t* levels) const override {
-    // Each 64-value chunk: byte l = value l (low nibble) | value l + 32 (high nibble).
-    uint8_t* qs = block + offsetof(quant::BlockQ4_K, qs);
-    for (int chunk = 0; chunk < quant::kQK_K / 64; ++chunk) {
-      const uint8_t* q = levels + chunk * 64;
-      for (int l = 0; l < 32; ++l) qs[chunk * 32 + l] = uint8_t(q[l] | q[l + 32] << 4);
-    }
+    Block b;
+    std::memcpy(&b, block, sizeof b);
+    pack_(levels, b);
+    std::memcpy(block, &b, sizeof b);
   }
+
+ private:
+  ReadGrids read_;
+  PackLevels pack_;
 };
+
+AffineGrid affine_grid(float step, float shift, int qmax) {
+  return {step, step > 0.0f ? 1.0f / step : 0.0f, shift, 0, qmax, 0};
+}
+
+AffineGrid symmetric_grid(float step, int half) {
+  return {step, step != 0.0f ? 1.0f / step : 0.0f, 0.0f, -half, half - 1, half};
+}
+
+template <typename Block, int Qmax>
+void q45_grids(const Block& b, AffineGrid* grids) {
+  const float d = fp16_to_float(b.d), dmin = fp16_to_float(b.dmin);
+  for (int j = 0; j < quant::kQK_K / 32; ++j) {
+    uint8_t sc, m;
+    quant::kquant_scale_min(b.scales, j, &sc, &m);
+    grids[j] = affine_grid(d * float(sc), dmin * float(m), Qmax);
+  }
+}
+
+void q2k_grids(const quant::BlockQ2_K& b, AffineGrid* grids) {
+  const float d = fp16_to_float(b.d), dmin = fp16_to_float(b.dmin);
+  for (int j = 0; j < quant::kQK_K / 16; ++j) {
+    grids[j] = affine_grid(d * float(b.scales[j] & 0x0f), dmin * float(b.scales[j] >> 4), 3);
+  }
+}
+
+void q3k_grids(const quant::BlockQ3_K& b, AffineGrid* grids) {
+  const float d = fp16_to_float(b.d);
+  for (int j = 0; j < quant::kQK_K / 16; ++j) grids[j] = symmetric_grid(d * float(quant::q3k_scale(b.scales, j)), 4);
+}
+
+void q6k_grids(const quant::BlockQ6_K& b, AffineGrid* grids) {
+  const float d = fp16_to_float(b.d);
+  for (int j = 0; j < quant::kQK_K / 16; ++j) grids[j] = symmetric_grid(d * float(b.scales[j]), 32);
+}
 
 const GridFormat* find(DType type) {
   using K = Int4Grid::Kind;
@@ -129,7 +167,13 @@ const GridFormat* find(DType type) {
       asym64(DType::INT4_ASYM_G64, 64, K::Asym), asym128(DType::INT4_ASYM_G128, 128, K::Asym),
       zp32(DType::INT4_ZP_G32, 32, K::ZeroPoint), zp64(DType::INT4_ZP_G64, 64, K::ZeroPoint),
       zp128(DType::INT4_ZP_G128, 128, K::ZeroPoint);
-  static const Q4KGrid q4k;
+  static const KQuantGrid<quant::BlockQ2_K> q2k(DType::Q2_K, 16, q2k_grids, quant::pack_q2k_levels);
+  static const KQuantGrid<quant::BlockQ3_K> q3k(DType::Q3_K, 16, q3k_grids, quant::pack_q3k_levels);
+  static const KQuantGrid<quant::BlockQ4_K> q4k(DType::Q4_K, 32, q45_grids<quant::BlockQ4_K, 15>,
+                                                quant::pack_q4k_levels);
+  static const KQuantGrid<quant::BlockQ5_K> q5k(DType::Q5_K, 32, q45_grids<quant::BlockQ5_K, 31>,
+                                                quant::pack_q5k_levels);
+  static const KQuantGrid<quant::BlockQ6_K> q6k(DType::Q6_K, 16, q6k_grids, quant::pack_q6k_levels);
   static const IntLowBitGrid<64, 3> int3_64(DType::INT3_ASYM_G64);
   static const IntLowBitGrid<128, 3> int3_128(DType::INT3_ASYM_G128);
   static const IntLowBitGrid<64, 2> int2_64(DType::INT2_ASYM_G64);
@@ -137,7 +181,10 @@ const GridFormat* find(DType type) {
   for (const GridFormat* f : {static_cast<const GridFormat*>(&sym32), static_cast<const GridFormat*>(&sym64),
                               static_cast<const GridFormat*>(&sym128), static_cast<const GridFormat*>(&asym32),
                               static_cast<const GridFormat*>(&asym64), static_cast<const GridFormat*>(&asym128),
-                              static_cast<const GridFormat*>(&q4k), static_cast<const GridFormat*>(&int3_64),
+                              static_cast<const GridFormat*>(&q2k),
+                              static_cast<const GridFormat*>(&q3k), static_cast<const GridFormat*>(&q4k),
+                              static_cast<const GridFormat*>(&q5k), static_cast<const GridFormat*>(&q6k),
+                              static_cast<const GridFormat*>(&int3_64),
                               static_cast<const GridFormat*>(&int3_128), static_cast<const GridFormat*>(&int2_64),
                               static_cast<const GridFormat*>(&int2_128), static_cast<const GridFormat*>(&zp32),
                               static_cast<const GridFormat*>(&zp64), static_cast<const GridFormat*>(&zp128)}) {
@@ -153,9 +200,7 @@ bool GridFormat::supports(DType type) { return find(type) != nullptr; }
 const GridFormat& GridFormat::of(DType type) {
   const GridFormat* f = find(type);
   if (f == nullptr) {
-    fail("GPTQ cannot target {}: it quantizes to Q4_K, INT4_SYM_G32/G64/G128, INT4_ASYM_G32/G64/G128, "
-         "INT4_ZP_G32/G64/G128, INT3_ASYM_G64/G128 and INT2_ASYM_G64/G128",
-         dtype_name(type));
+    fail("GPTQ cannot target {}: it quantizes to {}", dtype_name(type), kGptqTargets);
   }
   return *f;
 }

@@ -5,7 +5,8 @@
 //   value(l) = step * (l - offset) - shift
 // which is how each format's round-to-nearest assigns and dequantizes (INT4 symmetric: shift 0,
 // levels -8..7 stored +8; INT4 asymmetric: shift = -m; Q4_K: step = d * scale, shift = dmin *
-// min of the 32-value sub-block), so a grid with no error to spread reproduces the format's bytes.
+// min of the 32-value sub-block; Q3_K: step = d * signed scale, levels -4..3 stored +4), so a grid
+// with no error to spread reproduces the format's bytes.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,11 @@
 #include "core/dtype.h"
 
 namespace kestrel::calib {
+
+// The formats GPTQ can target, as the errors list them.
+inline constexpr const char* kGptqTargets =
+    "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, INT4_SYM_G32/G64/G128, INT4_ASYM_G32/G64/G128, INT4_ZP_G32/G64/G128, "
+    "INT3_ASYM_G64/G128 and INT2_ASYM_G64/G128";
 
 struct AffineGrid {
   float step = 0.0f, inverse = 0.0f, shift = 0.0f;

@@ -154,6 +154,67 @@ inline int q3k_level(const BlockQ3_K& b, int i) {
   return low | high << 2;
 }
 
+// Level packers: the stored levels of a super-block's 256 values (unsigned, as the _level readers
+// return them before any offset) into its bit fields, scales left as they are. Shared by the
+// quantizers and GPTQ (which keeps a block's scales and moves only its levels).
+
+// Q2_K: levels in [0, 3].
+inline void pack_q2k_levels(const uint8_t levels[kQK_K], BlockQ2_K& b) {
+  std::memset(b.qs, 0, sizeof b.qs);
+  for (int i = 0; i < kQK_K; ++i) {
+    const int half = i / 128, k = (i % 128) / 32, l = i % 32;
+    b.qs[32 * half + l] = uint8_t(b.qs[32 * half + l] | levels[i] << (2 * k));
+  }
+}
+
+// Q3_K: levels q in [0, 7] (the value is q - 4).
+inline void pack_q3k_levels(const uint8_t levels[kQK_K], BlockQ3_K& b) {
+  std::memset(b.hmask, 0, sizeof b.hmask);
+  std::memset(b.qs, 0, sizeof b.qs);
+  for (int i = 0; i < kQK_K; ++i) {
+    const int half = i / 128, k = (i % 128) / 32, l = i % 32;
+    b.qs[32 * half + l] = uint8_t(b.qs[32 * half + l] | (levels[i] & 3) << (2 * k));
+    b.hmask[l] = uint8_t(b.hmask[l] | (levels[i] >> 2) << (4 * half + k));
+  }
+}
+
+// Q4_K: levels in [0, 15]; each 64-value chunk's byte l = value l (low nibble) | value l + 32.
+inline void pack_q4k_levels(const uint8_t levels[kQK_K], BlockQ4_K& b) {
+  for (int chunk = 0; chunk < kQK_K / 64; ++chunk) {
+    const uint8_t* q = levels + chunk * 64;
+    for (int l = 0; l < 32; ++l) b.qs[chunk * 32 + l] = uint8_t(q[l] | q[l + 32] << 4);
+  }
+}
+
+// Q5_K: levels in [0, 31]: the low 4 bits as Q4_K's; the fifth bit of value l (l + 32) of chunk c
+// is bit 2c (2c + 1) of qh[l].
+inline void pack_q5k_levels(const uint8_t levels[kQK_K], BlockQ5_K& b) {
+  std::memset(b.qh, 0, sizeof b.qh);
+  for (int chunk = 0; chunk < kQK_K / 64; ++chunk) {
+    const uint8_t* q = levels + chunk * 64;
+    for (int l = 0; l < 32; ++l) {
+      b.qs[chunk * 32 + l] = uint8_t((q[l] & 0x0f) | (q[l + 32] & 0x0f) << 4);
+      b.qh[l] = uint8_t(b.qh[l] | (q[l] >> 4) << (2 * chunk) | (q[l + 32] >> 4) << (2 * chunk + 1));
+    }
+  }
+}
+
+// Q6_K: levels q in [0, 63] (the value is q - 32). Each 128-value half: ql byte l holds values l
+// and l + 64 (low 4 bits), byte l + 32 values l + 32 and l + 96; qh byte l the top 2 bits of
+// values l, l + 32, l + 64, l + 96.
+inline void pack_q6k_levels(const uint8_t levels[kQK_K], BlockQ6_K& b) {
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* q = levels + half * 128;
+    uint8_t* ql = b.ql + half * 64;
+    uint8_t* qh = b.qh + half * 32;
+    for (int l = 0; l < 32; ++l) {
+      ql[l] = uint8_t((q[l] & 0x0f) | (q[l + 64] & 0x0f) << 4);
+      ql[l + 32] = uint8_t((q[l + 32] & 0x0f) | (q[l + 96] & 0x0f) << 4);
+      qh[l] = uint8_t((q[l] >> 4) | (q[l + 32] >> 4) << 2 | (q[l + 64] >> 4) << 4 | (q[l + 96] >> 4) << 6);
+    }
+  }
+}
+
 // Q8_K: the activation format for k-quant dot products (never stored in files).
 struct BlockQ8_K {
   float d;

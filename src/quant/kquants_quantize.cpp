@@ -364,11 +364,7 @@ void quantize_row_q4_K_impl(const float* src, void* dst, int64_t n, const float*
     float w[kQK_K];
     q45_weights(src + b * kQK_K, importance != nullptr ? importance + b * kQK_K : nullptr, w);
     quantize_q45_superblock(src + b * kQK_K, 15, &block.d, &block.dmin, block.scales, levels, w);
-    // Each 64-value chunk: byte l = value l (low nibble) | value l + 32 (high nibble).
-    for (int chunk = 0; chunk < kQK_K / 64; ++chunk) {
-      const uint8_t* q = levels + chunk * 64;
-      for (int l = 0; l < 32; ++l) block.qs[chunk * 32 + l] = uint8_t(q[l] | q[l + 32] << 4);
-    }
+    pack_q4k_levels(levels, block);
   }
 }
 
@@ -381,15 +377,7 @@ void quantize_row_q5_K_impl(const float* src, void* dst, int64_t n, const float*
     float w[kQK_K];
     q45_weights(src + b * kQK_K, importance != nullptr ? importance + b * kQK_K : nullptr, w);
     quantize_q45_superblock(src + b * kQK_K, 31, &block.d, &block.dmin, block.scales, levels, w);
-    // Low 4 bits as in Q4_K; the fifth bit of value l (+ 32) of chunk c is bit 2c (2c + 1) of qh[l].
-    std::memset(block.qh, 0, sizeof block.qh);
-    for (int chunk = 0; chunk < kQK_K / 64; ++chunk) {
-      const uint8_t* q = levels + chunk * 64;
-      for (int l = 0; l < 32; ++l) {
-        block.qs[chunk * 32 + l] = uint8_t((q[l] & 0x0f) | (q[l + 32] & 0x0f) << 4);
-        block.qh[l] |= uint8_t((q[l] >> 4) << (2 * chunk) | (q[l + 32] >> 4) << (2 * chunk + 1));
-      }
-    }
+    pack_q5k_levels(levels, block);
   }
 }
 
@@ -424,19 +412,7 @@ void quantize_row_q6_K_impl(const float* src, void* dst, int64_t n, const float*
       block.scales[j] = int8_t(best_symmetric_code<kSub, 32>(x + j * kSub, scales[j], d, -128, 127,
                                                                   levels + j * kSub, w + j * kSub));
     }
-    // Each 128-value half: ql byte l holds values l and l + 64 (low 4 bits), byte l + 32 holds
-    // values l + 32 and l + 96; qh byte l holds the top 2 bits of values l, l + 32, l + 64, l + 96.
-    for (int half = 0; half < 2; ++half) {
-      const uint8_t* q = levels + half * 128;
-      uint8_t* ql = block.ql + half * 64;
-      uint8_t* qh = block.qh + half * 32;
-      for (int l = 0; l < 32; ++l) {
-        ql[l] = uint8_t((q[l] & 0x0f) | (q[l + 64] & 0x0f) << 4);
-        ql[l + 32] = uint8_t((q[l + 32] & 0x0f) | (q[l + 96] & 0x0f) << 4);
-        qh[l] = uint8_t((q[l] >> 4) | (q[l + 32] >> 4) << 2 | (q[l + 64] >> 4) << 4 |
-                        (q[l + 96] >> 4) << 6);
-      }
-    }
+    pack_q6k_levels(levels, block);
   }
 }
 
@@ -494,13 +470,7 @@ void quantize_row_q3_K_impl(const float* src, void* dst, int64_t n, const float*
       block.scales[j % 8] |= uint8_t((chosen & 0x0f) << (j < 8 ? 0 : 4));
       block.scales[8 + j % 4] |= uint8_t((chosen >> 4) << (2 * (j / 4)));
     }
-    std::memset(block.hmask, 0, sizeof block.hmask);
-    std::memset(block.qs, 0, sizeof block.qs);
-    for (int i = 0; i < kQK_K; ++i) {
-      const int half = i / 128, k = (i % 128) / 32, l = i % 32;
-      block.qs[32 * half + l] |= uint8_t((levels[i] & 3) << (2 * k));
-      block.hmask[l] |= uint8_t((levels[i] >> 2) << (4 * half + k));
-    }
+    pack_q3k_levels(levels, block);
   }
 }
 
@@ -522,11 +492,7 @@ void quantize_row_q2_K_impl(const float* src, void* dst, int64_t n, const float*
     uint8_t scale_codes[16], min_codes[16], levels[kQK_K];
     quantize_affine_superblock<16, 15>(x, 3, &block.d, &block.dmin, scale_codes, min_codes, levels, w);
     for (int j = 0; j < 16; ++j) block.scales[j] = uint8_t(scale_codes[j] | min_codes[j] << 4);
-    std::memset(block.qs, 0, sizeof block.qs);
-    for (int i = 0; i < kQK_K; ++i) {
-      const int half = i / 128, k = (i % 128) / 32, l = i % 32;
-      block.qs[32 * half + l] |= uint8_t(levels[i] << (2 * k));
-    }
+    pack_q2k_levels(levels, block);
   }
 }
 

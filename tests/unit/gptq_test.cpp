@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -120,10 +121,22 @@ TEST(Gptq, DiagonalHessianGivesRoundToNearest) {
   }
 }
 
-TEST(Gptq, Q4KWithADiagonalHessianGivesTheImportanceWeightedQuantizer) {
-  // Q4_K's grids come from its importance-weighted quantizer with the imatrix (half H's diagonal);
-  // with nothing to spread GPTQ keeps its bytes exactly, in and out of act-order; with a real
-  // Hessian it keeps every block's scales and lowers the output error.
+// The byte ranges of a k-quant super-block that are not its levels: scales and super-block scales.
+std::vector<std::pair<int64_t, int64_t>> kquant_header(DType type) {
+  switch (type) {
+    case DType::Q2_K: return {{0, 16}, {80, 4}};  // scales[16] | qs[64] | d dmin
+    case DType::Q3_K: return {{96, 14}};          // hmask[32] qs[64] | scales[12] d
+    case DType::Q4_K:                             // d dmin scales[12] | qs
+    case DType::Q5_K: return {{0, 16}};           // d dmin scales[12] | qh qs
+    case DType::Q6_K: return {{192, 18}};         // ql[128] qh[64] | scales[16] d
+    default: return {};
+  }
+}
+
+TEST(Gptq, KQuantsWithADiagonalHessianGiveTheImportanceWeightedQuantizer) {
+  // A k-quant's grids come from its importance-weighted quantizer with the imatrix (half H's
+  // diagonal); with nothing to spread GPTQ keeps its bytes exactly, in and out of act-order; with a
+  // real Hessian it keeps every block's scales and lowers the output error.
   const Layer l = make_layer(13, 6, 512, 700, {});
   ThreadPool pool(2);
   calib::Hessian diag{l.cols, 1, std::vector<double>(size_t(l.cols * l.cols), 0.0)};
@@ -132,33 +145,39 @@ TEST(Gptq, Q4KWithADiagonalHessianGivesTheImportanceWeightedQuantizer) {
     diag.h[size_t(c * l.cols + c)] = 1.0 + double(c % 7);
     importance[size_t(c)] = float(diag.h[size_t(c * l.cols + c)] / 2.0);
   }
-  const quant::WeightFormat& f = quant::require_format(DType::Q4_K);
-  const int64_t row_bytes = quant::row_bytes(f, l.cols);
-  std::vector<uint8_t> weighted(static_cast<size_t>(l.rows * row_bytes));
-  for (int64_t r = 0; r < l.rows; ++r) {
-    f.quantize_row_weighted(l.w.data() + r * l.cols, weighted.data() + r * row_bytes, l.cols, importance.data());
-  }
-  for (bool act_order : {false, true}) {
-    calib::GptqOptions o;
-    o.act_order = act_order;
-    EXPECT_EQ(calib::gptq_quantize(DType::Q4_K, l.w, l.rows, l.cols, diag, o, pool), weighted) << act_order;
-  }
-  calib::GptqOptions o;
-  calib::GptqStats stats;
   const calib::Hessian h = plain_hessian(l);
-  const auto q = calib::gptq_quantize(DType::Q4_K, l.w, l.rows, l.cols, h, o, pool, &stats, true);
-  EXPECT_LT(stats.proxy_loss, 0.6 * stats.proxy_loss_baseline);  // vs the imatrix-weighted Q4_K
-  // Static groups: each block's header (d, dmin, scales) is the weighted quantizer's on the
-  // unquantized row; only the levels moved.
   std::vector<float> imatrix(static_cast<size_t>(l.cols));
   for (int64_t c = 0; c < l.cols; ++c) imatrix[size_t(c)] = float(h.h[size_t(c * l.cols + c)] / 2.0);
-  std::vector<uint8_t> header(static_cast<size_t>(row_bytes));
-  for (int64_t r = 0; r < l.rows; ++r) {
-    f.quantize_row_weighted(l.w.data() + r * l.cols, header.data(), l.cols, imatrix.data());
-    for (int64_t b = 0; b < l.cols / 256; ++b) {
-      const uint8_t* want = header.data() + b * 144;
-      const uint8_t* got = q.data() + r * row_bytes + b * 144;
-      EXPECT_EQ(std::vector<uint8_t>(want, want + 16), std::vector<uint8_t>(got, got + 16)) << r << " " << b;
+  for (const DType type : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    SCOPED_TRACE(dtype_name(type));
+    const quant::WeightFormat& f = quant::require_format(type);
+    const int64_t row_bytes = quant::row_bytes(f, l.cols), block_bytes = row_bytes / (l.cols / 256);
+    std::vector<uint8_t> weighted(static_cast<size_t>(l.rows * row_bytes));
+    for (int64_t r = 0; r < l.rows; ++r) {
+      f.quantize_row_weighted(l.w.data() + r * l.cols, weighted.data() + r * row_bytes, l.cols, importance.data());
+    }
+    for (bool act_order : {false, true}) {
+      calib::GptqOptions o;
+      o.act_order = act_order;
+      EXPECT_EQ(calib::gptq_quantize(type, l.w, l.rows, l.cols, diag, o, pool), weighted) << act_order;
+    }
+    calib::GptqOptions o;
+    calib::GptqStats stats;
+    const auto q = calib::gptq_quantize(type, l.w, l.rows, l.cols, h, o, pool, &stats, true);
+    EXPECT_FALSE(stats.kept_baseline);
+    EXPECT_LT(stats.proxy_loss, 0.6 * stats.proxy_loss_baseline);  // vs the imatrix-weighted quantizer
+    // Static groups: each block's header (scales, d) is the weighted quantizer's on the
+    // unquantized row; only the levels moved.
+    std::vector<uint8_t> want(static_cast<size_t>(row_bytes));
+    for (int64_t r = 0; r < l.rows; ++r) {
+      f.quantize_row_weighted(l.w.data() + r * l.cols, want.data(), l.cols, imatrix.data());
+      for (int64_t b = 0; b < l.cols / 256; ++b) {
+        for (const auto& [offset, size] : kquant_header(type)) {
+          const uint8_t* w0 = want.data() + b * block_bytes + offset;
+          const uint8_t* g0 = q.data() + r * row_bytes + b * block_bytes + offset;
+          EXPECT_EQ(std::vector<uint8_t>(w0, w0 + size), std::vector<uint8_t>(g0, g0 + size)) << r << " " << b;
+        }
+      }
     }
   }
 }
@@ -203,7 +222,9 @@ TEST(Gptq, ClearErrors) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message(DType::Q6_K, 128).find("GPTQ cannot target Q6_K: it quantizes to Q4_K, INT4_SYM"), std::string::npos);
+  EXPECT_NE(message(DType::IQ4_XS, 128).find("GPTQ cannot target IQ4_XS: it quantizes to Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, INT4_SYM"),
+            std::string::npos);
+  EXPECT_NE(message(DType::Q8_0, 128).find("GPTQ cannot target Q8_0"), std::string::npos);
   EXPECT_NE(message(DType::Q4_K, 128).find("96 columns are not a multiple of its blocks of 256"), std::string::npos);
   EXPECT_NE(message(DType::INT4_ASYM_G64, 128).find("96 columns are not a multiple of its blocks of 64"),
             std::string::npos);

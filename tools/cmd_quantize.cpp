@@ -499,11 +499,12 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("--output-tensor-type", options->output_type, "type of output.weight (as llama-quantize)");
   cmd->add_option("--token-embedding-type", options->embedding_type, "type of token_embd.weight (as llama-quantize)");
   cmd->add_option("--method", options->method,
-                  "rtn (round to nearest), imatrix (importance-weighted error: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q5_0, IQ4_NL, IQ4_XS, NF4, IQ3_XXS, "
-                  "IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M) or gptq "
-                  "(Q2_K..Q6_K, INT4_SYM_G*/INT4_ASYM_G*/INT4_ZP_G*/INT3_ASYM_G*/INT2_ASYM_G*, needs --calib) or awq (activation-aware scales and clipping, any "
-                  "type, needs --calib) or smoothquant (activation outliers moved into the weights, for W8A8; "
-                  "needs --calib); default: imatrix with --imatrix or --calib, else rtn")
+                  fmt::format("rtn (round to nearest), imatrix (importance-weighted error: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
+                              "Q5_0, IQ4_NL, IQ4_XS, NF4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M) or gptq "
+                              "({}; needs --calib) or awq (activation-aware scales and clipping, any type, needs --calib) "
+                              "or smoothquant (activation outliers moved into the weights, for W8A8; needs --calib); "
+                              "default: imatrix with --imatrix or --calib, else rtn",
+                              calib::kGptqTargets))
       ->check(CLI::IsMember({"rtn", "imatrix", "gptq", "awq", "awq-gptq", "smoothquant"}));
   cmd->add_option("--imatrix", options->imatrix,
                   "importance matrix (kestrel imatrix or llama-imatrix, GGUF or legacy .dat)")

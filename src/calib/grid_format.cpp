@@ -178,16 +178,9 @@ const GridFormat* find(DType type) {
   static const IntLowBitGrid<128, 3> int3_128(DType::INT3_ASYM_G128);
   static const IntLowBitGrid<64, 2> int2_64(DType::INT2_ASYM_G64);
   static const IntLowBitGrid<128, 2> int2_128(DType::INT2_ASYM_G128);
-  for (const GridFormat* f : {static_cast<const GridFormat*>(&sym32), static_cast<const GridFormat*>(&sym64),
-                              static_cast<const GridFormat*>(&sym128), static_cast<const GridFormat*>(&asym32),
-                              static_cast<const GridFormat*>(&asym64), static_cast<const GridFormat*>(&asym128),
-                              static_cast<const GridFormat*>(&q2k),
-                              static_cast<const GridFormat*>(&q3k), static_cast<const GridFormat*>(&q4k),
-                              static_cast<const GridFormat*>(&q5k), static_cast<const GridFormat*>(&q6k),
-                              static_cast<const GridFormat*>(&int3_64),
-                              static_cast<const GridFormat*>(&int3_128), static_cast<const GridFormat*>(&int2_64),
-                              static_cast<const GridFormat*>(&int2_128), static_cast<const GridFormat*>(&zp32),
-                              static_cast<const GridFormat*>(&zp64), static_cast<const GridFormat*>(&zp128)}) {
+  static const GridFormat* const all[] = {&sym32, &sym64, &sym128, &asym32, &asym64, &asym128, &zp32, &zp64, &zp128,
+                                          &q2k, &q3k, &q4k, &q5k, &q6k, &int3_64, &int3_128, &int2_64, &int2_128};
+  for (const GridFormat* f : all) {
     if (f->type() == type) return f;
   }
   return nullptr;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "calib/hessian.h"
 #include "calib_layers.h"
 #include "core/error.h"
+#include "quant/blocks.h"
 #include "quant/format.h"
 #include "test_paths.h"
 
@@ -121,14 +123,17 @@ TEST(Gptq, DiagonalHessianGivesRoundToNearest) {
   }
 }
 
-// The byte ranges of a k-quant super-block that are not its levels: scales and super-block scales.
+// The byte ranges (offset, size) of a k-quant super-block that are not its levels: scales and
+// super-block scales.
 std::vector<std::pair<int64_t, int64_t>> kquant_header(DType type) {
+  using namespace quant;
   switch (type) {
-    case DType::Q2_K: return {{0, 16}, {80, 4}};  // scales[16] | qs[64] | d dmin
-    case DType::Q3_K: return {{96, 14}};          // hmask[32] qs[64] | scales[12] d
-    case DType::Q4_K:                             // d dmin scales[12] | qs
-    case DType::Q5_K: return {{0, 16}};           // d dmin scales[12] | qh qs
-    case DType::Q6_K: return {{192, 18}};         // ql[128] qh[64] | scales[16] d
+    case DType::Q2_K:
+      return {{offsetof(BlockQ2_K, scales), sizeof(BlockQ2_K::scales)}, {offsetof(BlockQ2_K, d), 4}};  // d, dmin
+    case DType::Q3_K: return {{offsetof(BlockQ3_K, scales), sizeof(BlockQ3_K::scales) + 2}};          // scales, d
+    case DType::Q4_K: return {{0, offsetof(BlockQ4_K, qs)}};                                          // d dmin scales
+    case DType::Q5_K: return {{0, offsetof(BlockQ5_K, qh)}};                                          // d dmin scales
+    case DType::Q6_K: return {{offsetof(BlockQ6_K, scales), sizeof(BlockQ6_K::scales) + 2}};          // scales, d
     default: return {};
   }
 }

@@ -150,7 +150,7 @@ void register_all() {
         ->Unit(benchmark::kMillisecond);
   }
   const DType types[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q3_K, DType::Q4_K,
-                         DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::NF4, DType::IQ4_XS, DType::IQ3_XXS, DType::IQ3_S, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ1_S, DType::IQ1_M, DType::TQ1_0, DType::TQ2_0,
+                         DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::NF4, DType::IQ4_XS, DType::IQ3_XXS, DType::IQ3_S, DType::IQ3_S_L4, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ1_S, DType::IQ1_M, DType::TQ1_0, DType::TQ2_0,
                          DType::MXFP4, DType::INT8_PC, DType::INT4_SYM_G128, DType::INT4_ASYM_G128, DType::FP8_E4M3_PC};
   // decode: n = 1 from DRAM; decodehot: n = 1 on one matrix that stays in L3 (kernel speed without
   // the memory limit); prefill: n = 64, 512.

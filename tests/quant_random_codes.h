@@ -1,6 +1,7 @@
 // Valid weight codes that a format's quantizer never writes, for the kernel tests: TQ1_0 bytes
-// above 242 (still 5 trits each), TQ2_0's code 3 (level 2), MXFP4's -0 nibble, and MXFP4's
-// subnormal scales (e = 0, 1) beside 2 and a large 200 (larger ones overflow a dot product).
+// above 242 (still 5 trits each), TQ2_0's code 3 (level 2), MXFP4's -0 nibble, MXFP4's subnormal
+// scales (e = 0, 1) beside 2 and a large 200 (larger ones overflow a dot product), and IQ3_S_L4
+// levels and scale codes beyond those IQ3_S's quantizer picks.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,7 @@ namespace kestrel::test {
 
 // Makes every byte of each block of a quantized row random except its scale (TQ: the F16 d, the
 // last two bytes; MXFP4: the exponent, the first byte; INT4_ZP: the scale's bits, but its zero
-// point byte too), and sets every third MXFP4 exponent to an edge value. Other formats are left
+// point byte too; IQ3_S_L4: the F16 d), and sets every third MXFP4 exponent to an edge value. Other formats are left
 // as they are.
 inline void randomize_codes(const quant::WeightFormat& format, uint8_t* row, int64_t cols, std::mt19937& rng) {
   if (format.type == DType::INT4_ZP_G32 || format.type == DType::INT4_ZP_G64 || format.type == DType::INT4_ZP_G128) {
@@ -21,6 +22,14 @@ inline void randomize_codes(const quant::WeightFormat& format, uint8_t* row, int
       uint8_t* block = row + b * format.block_bytes;
       block[0] = uint8_t(rng());
       for (int64_t i = 4; i < format.block_bytes; ++i) block[i] = uint8_t(rng());
+    }
+    return;
+  }
+  if (format.type == DType::IQ3_S_L4) {
+    // Every level and scale code (the quantizer may not reach them all); d kept.
+    for (int64_t b = 0; b < cols / format.block_size; ++b) {
+      uint8_t* block = row + b * format.block_bytes;
+      for (int64_t i = 2; i < format.block_bytes; ++i) block[i] = uint8_t(rng());
     }
     return;
   }

@@ -178,5 +178,11 @@ class Backend {
 
 // The CPU backend with `num_threads` threads (the calling thread included).
 std::unique_ptr<Backend> make_cpu_backend(int num_threads);
+// The type the CPU backend's kernels (the table KESTREL_ISA or CPUID picks, one per process)
+// would rather compute a stored weight type in, where an exact re-encoding of it is faster
+// (core/dtype.h's compute encodings: IQ3_S as IQ3_S_L4 on AVX2), else `stored` itself; always
+// `stored` with KESTREL_REPACK=0 in the environment. The model re-encodes its matrices by it at
+// load (Model::load).
+DType cpu_compute_encoding(DType stored);
 
 }  // namespace kestrel

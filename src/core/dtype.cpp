@@ -17,7 +17,7 @@ struct Entry {
 // Block sizes and bytes per block of every GGML type (k-quants use super-blocks of 256), then
 // Kestrel's formats (documented in dtype.h). INT8_PC's block of 32 is only a length rule: its
 // activations are Q8_0, so rows must be whole Q8_0 blocks.
-constexpr std::array<Entry, 49> kLayouts{{
+constexpr std::array<Entry, 50> kLayouts{{
     {0, {"F32", 1, 4, 0}},         {1, {"F16", 1, 2, 0}},         {2, {"Q4_0", 32, 18, 0}},
     {3, {"Q4_1", 32, 20, 0}},      {6, {"Q5_0", 32, 22, 0}},      {7, {"Q5_1", 32, 24, 0}},
     {8, {"Q8_0", 32, 34, 0}},      {9, {"Q8_1", 32, 36, 0}},      {10, {"Q2_K", 256, 84, 0}},
@@ -46,6 +46,7 @@ constexpr std::array<Entry, 49> kLayouts{{
     {1014, {"INT4_ZP_G32", 32, 20, 0}},
     {1015, {"INT4_ZP_G64", 64, 36, 0}},
     {1016, {"INT4_ZP_G128", 128, 68, 0}},
+    {1017, {"IQ3_S_L4", 256, 134, 0}},
 }};
 
 }  // namespace

@@ -84,6 +84,13 @@ enum class DType : uint32_t {
   INT4_ZP_G32 = 1014,
   INT4_ZP_G64 = 1015,
   INT4_ZP_G128 = 1016,
+  // IQ3_S's values as 4-bit levels (an in-memory compute encoding, not a file format): IQ3_S's
+  // values are odd multiples -15 .. 15 of its sub-block step d (2 s + 1), so a level n in [0, 15]
+  // stands for 2 n - 15 and no grid lookup is needed. Per 256: IQ3_S's F16 d and 4 bytes of scale
+  // codes, then 128 bytes of nibbles; x = d (2 s + 1) (2 n - 15), bitwise IQ3_S's dequantized value.
+  // The model re-encodes IQ3_S matrices in it at load where the CPU kernels are faster with it
+  // (backend.h: compute_encoding).
+  IQ3_S_L4 = 1017,
 };
 
 // Storage layout of a type: a row of n elements is `row_header_bytes` (per-row data such as a

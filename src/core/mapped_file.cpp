@@ -38,6 +38,15 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   ::close(fd);
 }
 
+void MappedFile::release(const void* begin, size_t bytes) const {
+  const auto first = reinterpret_cast<uintptr_t>(begin), mapped = reinterpret_cast<uintptr_t>(data_);
+  if (data_ == nullptr || first < mapped || first + bytes > mapped + size_) return;
+  const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t from = (first + page - 1) / page * page, to = (first + bytes) / page * page;
+  // A read-only private mapping never written: the pages come back from the file if read again.
+  if (to > from) ::madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }

@@ -19,6 +19,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Drops this process's copies of the pages wholly inside [begin, begin + bytes) (bytes it no
+  // longer reads: re-encoded weights); touched again, they are read back from the file. A range
+  // not inside the mapping is left alone.
+  void release(const void* begin, size_t bytes) const;
 
  private:
   std::string path_;

@@ -68,6 +68,11 @@ class GgufFile {
 
   const Value* find(std::string_view key) const;
   const TensorInfo* find_tensor(std::string_view name) const;
+  // MappedFile::release for tensor bytes this process no longer reads (nothing for a from_parts
+  // file or bytes outside the mapping).
+  void release_pages(const void* begin, size_t bytes) const {
+    if (mapping_ != nullptr) mapping_->release(begin, bytes);
+  }
 
   // Typed accessors. get_* returns nullopt when the key is absent and throws when it is present
   // with the wrong type; require_* also throws when absent. Errors name the file and key.

@@ -11,6 +11,7 @@
 #include "core/progress.h"
 #include "loader/hf_folder.h"
 #include "loader/hf_quantized.h"
+#include "model/compute_encodings.h"
 #include "quant/format.h"
 
 namespace kestrel {
@@ -81,7 +82,7 @@ WeightView slice_columns(const WeightView& w, int64_t begin, int64_t end, std::v
   return WeightView{DType::F32, w.rows, end - begin, buffer.data()};
 }
 
-std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& request) {
+std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& request, bool compute_encodings) {
   std::unique_ptr<Model> model(new Model());
   model->file_ = is_hf_folder(path) ? load_hf_folder(path) : gguf::GgufFile::open(path);
   model->config_ = read_model_config(*model->file_);
@@ -107,6 +108,12 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& 
   model->shard_ = plan_model_shard(model->config_, request.tp_size, request.tp_rank, request.pp_size,
                                    request.pp_rank, ff_align, request.tp_deterministic);
   model->load_weights();
+  if (compute_encodings) {
+    const gguf::GgufFile& file = *model->file_;
+    const ComputeEncodingSummary summary = adopt_compute_encodings(
+        model->weights_, model->owned_matrices_, [&file](const void* data, size_t bytes) { file.release_pages(data, bytes); });
+    model->reencoding_extra_bytes_ = summary.bytes_after - summary.bytes_before;
+  }
   prefault_weights(model->weights_);
   return model;
 }
@@ -491,7 +498,7 @@ KvCacheSpec Model::kv_spec(DType k_type, DType v_type, int block_size) const {
 int64_t Model::weight_bytes() const {
   int64_t bytes = 0;
   for (const auto& t : file_->tensors()) bytes += int64_t(t.num_bytes);
-  return bytes;
+  return bytes + reencoding_extra_bytes_;
 }
 
 }  // namespace kestrel

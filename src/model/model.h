@@ -86,7 +86,11 @@ class Model {
   // are viewed and paged in: row slices in place in the mapping, row-parallel column slices
   // repacked into memory of their own (whole blocks copied; a slice that would cut a block is
   // dequantized to F32).
-  static std::unique_ptr<Model> load(const std::string& path, const ShardRequest& shard = {});
+  // Matrices whose type the CPU kernels compute faster in an exact re-encoding are re-encoded into
+  // memory of the model's own (model/compute_encodings.h) unless `compute_encodings` is false
+  // (tests comparing the stored type's kernels).
+  static std::unique_ptr<Model> load(const std::string& path, const ShardRequest& shard = {},
+                                     bool compute_encodings = true);
 
   // The whole model's hyper-parameters (not the shard's).
   const ModelConfig& config() const { return config_; }
@@ -98,6 +102,7 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   const gguf::GgufFile& file() const { return *file_; }
   int64_t parameter_count() const;
+  // The tensors' bytes in the file, plus what re-encoding matrices for compute added.
   int64_t weight_bytes() const;
   // How the layers split into KV-cache groups (full attention / sliding window). With a rolling
   // window (attention sinks, core/kv_spec.h), full-attention layers, and sliding layers whose own
@@ -163,7 +168,8 @@ class Model {
   ModelWeights weights_;
   ModelShard shard_;
   std::vector<std::vector<float>> owned_vectors_;  // 1-D tensors converted to F32
-  std::vector<LargeBuffer> owned_matrices_;         // repacked column slices
+  std::vector<LargeBuffer> owned_matrices_;         // repacked column slices, compute encodings
+  int64_t reencoding_extra_bytes_ = 0;              // the compute encodings' size over the stored types'
 };
 
 }  // namespace kestrel

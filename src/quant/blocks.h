@@ -348,6 +348,16 @@ static_assert(sizeof(BlockIQ3_S) == 110);
 // ---------------------------------------------------------------------------------------------
 // Kestrel's own formats (DType ids >= 1000, see core/dtype.h).
 
+// IQ3_S_L4 (an in-memory compute encoding of IQ3_S, core/dtype.h): IQ3_S's d and scale codes as
+// they are, then the 256 values as 4-bit levels n, value 2 n - 15 times the step d (2 s_j + 1):
+// element 64 c + 32 h + l is nibble h (0: low) of qs[32 c + l], as Q4_K orders its nibbles.
+struct BlockIQ3_S_L4 {
+  uint16_t d;  // F16 bits
+  uint8_t scales[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockIQ3_S_L4) == 134);
+
 // INT4 per group of G values. Byte l of qs holds element l in its low nibble and element l + G/2
 // in its high nibble (as Q4_0 does), so the low nibbles are the first half of the group in order.
 // Symmetric: x = d * (q - 8).

@@ -54,6 +54,12 @@ inline void quantize_row_with_importance(const WeightFormat& format, const float
   }
 }
 
+// Whether `from` has an exact re-encoding as `to` (the compute encodings of core/dtype.h: IQ3_S as
+// IQ3_S_L4), and the re-encoding of `blocks` whole blocks, every value unchanged (throws for a pair
+// without one).
+bool can_transcode(DType from, DType to);
+void transcode_blocks(DType from, DType to, const void* src, void* dst, int64_t blocks);
+
 inline int64_t row_bytes(const WeightFormat& format, int64_t n) {
   return format.row_header_bytes + n / format.block_size * format.block_bytes;
 }

@@ -189,7 +189,7 @@ float vec_dot_q4_0_q8_0(const void* w, const void* a, int64_t n) {
 
 using namespace ref;  // NOLINT: the table below names every reference kernel
 
-constexpr std::array<WeightFormat, 44> kFormats{{
+constexpr std::array<WeightFormat, 45> kFormats{{
     {DType::F32, 1, 4, quantize_row_f32, dequantize_row_f32, DType::F32, vec_dot_f32},
     {DType::F16, 1, 2, quantize_row_f16, dequantize_row_f16, DType::F16, vec_dot_f16},
     {DType::BF16, 1, 2, quantize_row_bf16, dequantize_row_bf16, DType::BF16, vec_dot_bf16},
@@ -248,6 +248,8 @@ constexpr std::array<WeightFormat, 44> kFormats{{
     {DType::INT4_ZP_G128, 128, 68, quantize_row_int4_zp<128>, dequantize_row_int4_zp<128>, DType::Q8_1,
      vec_dot_int4_zp_q8_1<128>},
     {DType::NF4, 64, 34, quantize_row_nf4, dequantize_row_nf4, DType::Q8_0, vec_dot_nf4_q8_0, 0, quantize_row_nf4_weighted},
+    {DType::IQ3_S_L4, 256, 134, quantize_row_iq3_s_l4, dequantize_row_iq3_s_l4, DType::Q8_K, vec_dot_iq3_s_l4_q8_K, 0,
+     quantize_row_iq3_s_l4_weighted},
     {DType::FP8_E4M3_PC, 1, 1, quantize_row_fp8_e4m3_pc, dequantize_row_fp8_e4m3_pc, DType::F32,
      vec_dot_fp8_e4m3_pc_f32, kPerChannelHeaderBytes},
 }};

@@ -134,6 +134,12 @@ float vec_dot_int4_sym_q8_0(const void* w, const void* a, int64_t n);
 // w_i = importance_i * sqrt(sigma^2 + x_i^2), sigma^2 twice the mean square of the n values.
 void importance_weights(const float* x, int n, const float* importance, float* w);
 
+// IQ3_S_L4 (iq3_levels.cpp): IQ3_S's quantizers then the re-encoding; the dot with Q8_K.
+void quantize_row_iq3_s_l4(const float* src, void* dst, int64_t n);
+void quantize_row_iq3_s_l4_weighted(const float* src, void* dst, int64_t n, const float* importance);
+void dequantize_row_iq3_s_l4(const void* src, float* dst, int64_t n);
+float vec_dot_iq3_s_l4_q8_K(const void* w, const void* a, int64_t n);
+
 // NF4 (nf4_quants.cpp): bitsandbytes' quantizer, an importance-weighted one, the dot with Q8_0.
 void quantize_row_nf4(const float* src, void* dst, int64_t n);
 void quantize_row_nf4_weighted(const float* src, void* dst, int64_t n, const float* importance);

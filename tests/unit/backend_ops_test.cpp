@@ -476,12 +476,12 @@ double identity_value(DType type) {
   }
 }
 
-// IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S and the IQ2/IQ1 grid formats have no zero value, so no row of
+// IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S (and IQ3_S_L4) and the IQ2/IQ1 grid formats have no zero value, so no row of
 // theirs is a row of the identity; their kernels reuse converters checked here (Q4_0's, Q4_K's and
 // Q6_K's) and meet the reference within the tight tolerance above, which a misplaced element exceeds.
 bool has_identity(DType t) {
   return t != DType::IQ4_NL && t != DType::IQ4_XS && t != DType::IQ3_XXS && t != DType::IQ3_S &&
-         !test::is_iq_grid_format(t);
+         t != DType::IQ3_S_L4 && !test::is_iq_grid_format(t);
 }
 
 TEST(KernelIdentity, ConvertersAndElementOrderAreExact) {
@@ -538,7 +538,7 @@ TEST(CpuBackendIsa, EveryIsaThroughTheBackend) {
     auto two = make_cpu_backend(2);
     for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K,
                        DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::IQ3_XXS, DType::IQ3_S,
-                       DType::IQ2_XXS, DType::IQ1_M, DType::TQ1_0, DType::TQ2_0, DType::MXFP4, DType::INT8_PC,
+                       DType::IQ3_S_L4, DType::IQ2_XXS, DType::IQ1_M, DType::TQ1_0, DType::TQ2_0, DType::MXFP4, DType::INT8_PC,
                        DType::INT4_SYM_G128, DType::INT4_ASYM_G32, DType::INT3_ASYM_G128, DType::INT2_ASYM_G64,
                        DType::INT4_ZP_G32, DType::INT4_ZP_G128, DType::FP8_E4M3_PC}) {
       const WeightFormat& format = quant::require_format(type);

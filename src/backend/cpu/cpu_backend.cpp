@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "core/error.h"
 #include "quant/format.h"
@@ -16,6 +18,15 @@ namespace kestrel {
 
 std::unique_ptr<Backend> make_cpu_backend(int num_threads) {
   return std::make_unique<CpuBackend>(num_threads);
+}
+
+DType cpu_compute_encoding(DType stored) {
+  // KESTREL_REPACK=0 keeps every stored type (llama.cpp's --no-repack): less memory, slower kernels.
+  if (const char* repack = std::getenv("KESTREL_REPACK"); repack != nullptr && std::string_view(repack) == "0") {
+    return stored;
+  }
+  const cpu::KernelTable& table = cpu::active_kernels();
+  return table.compute_encoding != nullptr ? table.compute_encoding(stored) : stored;
 }
 
 CpuBackend::CpuBackend(int num_threads)

@@ -30,7 +30,13 @@ constexpr auto avx512_format_kernels =
              avx2_iq4_kernels, avx2_iq3_kernels, avx2_iq_grid_kernels, avx2_ternary_kernels, avx2_mxfp4_kernels,
              avx512_w8a8_kernels>;
 
-constexpr KernelTable kAvx2Table{Isa::Avx2, "avx2", avx2_format_kernels, &kAvx2Attention, &kAvx2Activations};
+// IQ3_S's AVX2 kernel is bound by its grid gathers (about 12 cycles each on Zen 3); its values as
+// 4-bit levels (IQ3_S_L4, 22% more bytes) need none (docs/PERFORMANCE.md). The AVX-512 table keeps
+// IQ3_S (its kernel not measured against the re-encoding).
+DType avx2_compute_encoding(DType stored) { return stored == DType::IQ3_S ? DType::IQ3_S_L4 : stored; }
+
+constexpr KernelTable kAvx2Table{Isa::Avx2, "avx2", avx2_format_kernels, &kAvx2Attention, &kAvx2Activations,
+                                 avx2_compute_encoding};
 // The activations stay on AVX2 code (a small share of a step).
 constexpr KernelTable kAvx512Table{Isa::Avx512, "avx512", avx512_format_kernels, &kAvx512Attention,
                                    &kAvx2Activations};

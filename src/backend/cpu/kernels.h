@@ -67,6 +67,9 @@ struct KernelTable {
   // (attention_kernels.h); every table has both.
   const AttentionKernels* attention = nullptr;
   const ActivationKernels* activations = nullptr;
+  // The type this ISA's kernels would rather compute a stored weight type in (an exact re-encoding
+  // with faster kernels, quant::can_transcode), or null / the type itself: keep it.
+  DType (*compute_encoding)(DType stored) = nullptr;
 };
 
 // The table KESTREL_ISA names (read on every call), else the widest this CPU runs. Throws a

@@ -11,6 +11,8 @@
 //               included), IQ3_S by spreading its 32 sign bits over the bytes;
 //   levels      sign x g (IQ3_XXS: g / 2) + 32, unsigned (1 .. 63): the kernel's offset 32;
 //   scales      the sub-block's 2 s + 1 (<= 31) for both of its 16-value groups.
+// And IQ3_S_L4, IQ3_S re-encoded at load as 4-bit levels (quant/iq3_levels.cpp), which needs no
+// grid: the AVX2 table's compute encoding for IQ3_S (kernels.cpp).
 #include "backend/cpu/kernels_isa.h"
 #include "backend/cpu/kernels_kquant16_avx2.h"
 #include "backend/cpu/kernels_q8k_common.h"
@@ -63,7 +65,16 @@ inline __m256i offset_levels(__m256i magnitude, __m256i signs) {
 // 8 sub-block scales 2 s + 1 (int8, sub-block j in byte j) as the 16 group scales.
 inline __m128i group_scales(__m128i odd8) { return _mm_unpacklo_epi8(odd8, odd8); }
 
-// What the two formats' Layouts (kernels_kquant16_avx2.h) share: offset 32, and the levels from
+// IQ3_S's 8 scale codes (4 bytes, code j in nibble j % 2 of byte j / 2) as the 16 group scales.
+inline __m128i iq3s_group_scales(const uint8_t* scales) {
+  const uint32_t packed = load_u32(scales);
+  const __m128i low = _mm_cvtsi32_si128(int(packed & 0x0f0f0f0fu));
+  const __m128i high = _mm_cvtsi32_si128(int(packed >> 4 & 0x0f0f0f0fu));
+  const __m128i codes = _mm_unpacklo_epi8(low, high);  // code j in byte j
+  return group_scales(_mm_add_epi8(_mm_add_epi8(codes, codes), _mm_set1_epi8(1)));
+}
+
+// What the grid formats' Layouts (kernels_kquant16_avx2.h) share: offset 32, and the levels from
 // L's grid magnitudes and signs.
 template <class L>
 struct Iq3GridLayout {
@@ -122,13 +133,7 @@ struct Iq3XxsLayout : Iq3GridLayout<Iq3XxsLayout> {
 struct Iq3SLayout : Iq3GridLayout<Iq3SLayout>, SignTrickDecode<Iq3SLayout> {
   static constexpr int64_t kBlockBytes = 110;
   static float block_d(const uint8_t* p) { return fp16_to_f32(load_u16(p)); }
-  static __m128i scales_i8(const uint8_t* p) {
-    const uint32_t packed = load_u32(p + 106);
-    const __m128i low = _mm_cvtsi32_si128(int(packed & 0x0f0f0f0fu));
-    const __m128i high = _mm_cvtsi32_si128(int(packed >> 4 & 0x0f0f0f0fu));
-    const __m128i codes = _mm_unpacklo_epi8(low, high);  // code j in byte j
-    return group_scales(_mm_add_epi8(_mm_add_epi8(codes, codes), _mm_set1_epi8(1)));
-  }
+  static __m128i scales_i8(const uint8_t* p) { return iq3s_group_scales(p + 106); }
   // The 9-bit indices (qs | the qh bit) made in a vector and the 8 entries gathered: on a Zen 3
   // core 1.2x the decode of 8 scalar index computations and loads, prefill level
   // (docs/PERFORMANCE.md); IQ3_XXS's 8-bit indices stay scalar (its gather measured 0.75x).
@@ -149,12 +154,34 @@ struct Iq3SLayout : Iq3GridLayout<Iq3SLayout>, SignTrickDecode<Iq3SLayout> {
   }
 };
 
+// IQ3_S_L4 (quant/blocks.h): IQ3_S's values as nibbles n, value 2 n - 15: levels 2 n + 17 (17 ..
+// 47) for the kernel's offset 32, from one shift and mask (the nibble lands already doubled) and
+// one add per vector; IQ3_S's scale codes and d as they are. No grid lookups: the integer sums and
+// the float tail are IQ3_S's, so a re-encoded IQ3_S matrix gives bitwise the same results.
+struct Iq3SL4Layout {
+  static constexpr int64_t kBlockBytes = 134;
+  static constexpr bool kHasMins = false;
+  static constexpr int kOffsetShift = 5;  // offset 32
+  static float block_d(const uint8_t* p) { return fp16_to_f32(load_u16(p)); }
+  static __m128i scales_i8(const uint8_t* p) { return iq3s_group_scales(p + 2); }
+  static void levels_half(const uint8_t* p, int h, __m256i out[4]) {
+    const __m256i doubled = _mm256_set1_epi8(0x1e), offset = _mm256_set1_epi8(17);
+    for (int c = 0; c < 2; ++c) {
+      const __m256i q = load256(p + 6 + 64 * h + 32 * c);
+      out[2 * c] = _mm256_add_epi8(_mm256_and_si256(_mm256_slli_epi16(q, 1), doubled), offset);
+      out[2 * c + 1] = _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16(q, 3), doubled), offset);
+    }
+  }
+};
+
 constexpr FormatKernels kIq3Xxs{DType::IQ3_XXS, Q8KLayout::row_bytes, convert_q8_k,
                                 interleaved_matmul<SymmetricKInterleave<Iq3XxsLayout>>};
 // IQ3_S's decode is bound by its grid gathers, not memory: 4 row chunks per thread (a Zen 3 VM,
 // 2 threads, alternated: 1.17x the decode of one chunk each; docs/PERFORMANCE.md).
 constexpr FormatKernels kIq3S{DType::IQ3_S, Q8KLayout::row_bytes, convert_q8_k,
                               interleaved_matmul<SymmetricKInterleave<Iq3SLayout>>, 4};
+constexpr FormatKernels kIq3SL4{DType::IQ3_S_L4, Q8KLayout::row_bytes, convert_q8_k,
+                                interleaved_matmul<SymmetricKInterleave<Iq3SL4Layout>>};
 
 }  // namespace
 
@@ -162,6 +189,7 @@ const FormatKernels* avx2_iq3_kernels(DType weight_type) {
   switch (weight_type) {
     case DType::IQ3_XXS: return &kIq3Xxs;
     case DType::IQ3_S: return &kIq3S;
+    case DType::IQ3_S_L4: return &kIq3SL4;
     default: return nullptr;
   }
 }

@@ -65,7 +65,7 @@ const FormatKernels* scalar_format_kernels(DType weight_type) {
                 DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K, DType::IQ4_NL, DType::IQ4_XS,
                 DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ1_S, DType::IQ1_M,
                 DType::TQ1_0, DType::TQ2_0, DType::MXFP4,
-                DType::IQ3_XXS, DType::IQ3_S,
+                DType::IQ3_XXS, DType::IQ3_S, DType::IQ3_S_L4,
                 DType::INT8_PC,
                 DType::INT4_SYM_G32, DType::INT4_SYM_G64, DType::INT4_SYM_G128,
                 DType::INT4_ASYM_G32, DType::INT4_ASYM_G64, DType::INT4_ASYM_G128,

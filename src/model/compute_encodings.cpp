@@ -9,8 +9,7 @@
 namespace kestrel {
 namespace {
 
-// Blocks [0, blocks) of `from` into `to`, cut into contiguous ranges over the machine's cores
-// (about a second per GB on one core).
+// Blocks [0, blocks) of `from` into `to`, cut into contiguous ranges over the machine's cores.
 void transcode_parallel(DType from, DType to, const uint8_t* src, uint8_t* dst, int64_t blocks) {
   const int64_t src_block = quant::require_format(from).block_bytes, dst_block = quant::require_format(to).block_bytes;
   const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(1, blocks / 4096));

@@ -46,20 +46,33 @@ constexpr PositiveLevels kPositiveLevels = [] {
   return table;
 }();
 
+// Four sign bits as byte masks (0x0f where the value is negative): 15 - n = n ^ 15 for n <= 15.
+struct SignFlips {
+  uint32_t v[16];
+};
+constexpr SignFlips kSignFlips = [] {
+  SignFlips table{};
+  for (int bits = 0; bits < 16; ++bits) {
+    for (int t = 0; t < 4; ++t) table.v[bits] |= (bits >> t & 1) != 0 ? 0x0fu << (8 * t) : 0u;
+  }
+  return table;
+}();
+
+// The levels of values 32 j + 4 k .. + 3 (one grid entry and its four signs), one per byte.
+uint32_t entry_levels(const BlockIQ3_S& in, int j, int k) {
+  const uint32_t levels = kPositiveLevels.v[in.qs[8 * j + k] | (in.qh[j] >> k & 1) << 8];
+  return levels ^ kSignFlips.v[in.signs[4 * j + k / 2] >> (4 * (k % 2)) & 15];
+}
+
+// Sub-blocks 2 c and 2 c + 1 fill the low and high nibbles of qs[32 c .. 32 c + 31], 4 bytes per
+// grid entry.
 void transcode_iq3_s_block(const BlockIQ3_S& in, BlockIQ3_S_L4& out) {
   out.d = in.d;
   std::memcpy(out.scales, in.scales, sizeof(out.scales));
-  std::memset(out.qs, 0, sizeof(out.qs));
-  for (int j = 0; j < kSubBlocks; ++j) {
-    uint8_t* nibbles = out.qs + 32 * (j / 2);  // sub-block j: nibble j % 2 of these 32 bytes
-    const int shift = 4 * (j % 2);
-    for (int k = 0; k < 8; ++k) {  // values 32 j + 4 k .. + 3: one grid entry
-      const uint32_t levels = kPositiveLevels.v[in.qs[8 * j + k] | (in.qh[j] >> k & 1) << 8];
-      const int signs = in.signs[4 * j + k / 2] >> (4 * (k % 2));
-      for (int t = 0; t < 4; ++t) {
-        const int level = int(levels >> (8 * t) & 0xff);
-        nibbles[4 * k + t] |= uint8_t((signs >> t & 1) != 0 ? 15 - level : level) << shift;
-      }
+  for (int c = 0; c < kSubBlocks / 2; ++c) {
+    for (int k = 0; k < 8; ++k) {
+      const uint32_t bytes = entry_levels(in, 2 * c, k) | entry_levels(in, 2 * c + 1, k) << 4;
+      std::memcpy(out.qs + 32 * c + 4 * k, &bytes, 4);  // little-endian: byte t is value 4 k + t
     }
   }
 }

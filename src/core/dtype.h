@@ -89,7 +89,7 @@ enum class DType : uint32_t {
   // stands for 2 n - 15 and no grid lookup is needed. Per 256: IQ3_S's F16 d and 4 bytes of scale
   // codes, then 128 bytes of nibbles; x = d (2 s + 1) (2 n - 15), bitwise IQ3_S's dequantized value.
   // The model re-encodes IQ3_S matrices in it at load where the CPU kernels are faster with it
-  // (backend.h: compute_encoding).
+  // (backend.h: cpu_compute_encoding).
   IQ3_S_L4 = 1017,
 };
 

@@ -154,16 +154,38 @@ struct Iq3SLayout : Iq3GridLayout<Iq3SLayout>, SignTrickDecode<Iq3SLayout> {
   }
 };
 
-// IQ3_S_L4 (quant/blocks.h): IQ3_S's values as nibbles n, value 2 n - 15: levels 2 n + 17 (17 ..
-// 47) for the kernel's offset 32, from one shift and mask (the nibble lands already doubled) and
-// one add per vector; IQ3_S's scale codes and d as they are. No grid lookups: the integer sums and
-// the float tail are IQ3_S's, so a re-encoded IQ3_S matrix gives bitwise the same results.
+// IQ3_S_L4 (quant/blocks.h): IQ3_S's values as nibbles n, value 2 n - 15: for the prefill tiles
+// levels 2 n + 17 (17 .. 47) for the kernel's offset 32, from one shift and mask (the nibble lands
+// already doubled) and one add per vector; for one token the nibbles themselves (direct_lanes:
+// 1.2x the decode of the levels' form, docs/PERFORMANCE.md); IQ3_S's scale codes and d as they
+// are. No grid lookups: the integer sums and the float tail are IQ3_S's, so a re-encoded IQ3_S
+// matrix gives bitwise the same results.
 struct Iq3SL4Layout {
   static constexpr int64_t kBlockBytes = 134;
   static constexpr bool kHasMins = false;
   static constexpr int kOffsetShift = 5;  // offset 32
   static float block_d(const uint8_t* p) { return fp16_to_f32(load_u16(p)); }
   static __m128i scales_i8(const uint8_t* p) { return iq3s_group_scales(p + 2); }
+  // One token's S straight from the nibbles: sum_j (2 s_j + 1) (2 n . a - 15 bsum_j), the offset
+  // from the bsums once per super-block (the same integer S as the levels' form).
+  static __m256i direct_lanes(const uint8_t* p, const KquantActivation& a) {
+    const __m128i groups = scales_i8(p);
+    const __m256i scales16 = _mm256_cvtepi8_epi16(groups);
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256i lanes = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = load256(p + 6 + 32 * c);
+      const __m256i n[2] = {_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_srli_epi16(q, 4), low4)};
+      for (int half = 0; half < 2; ++half) {
+        const int j = 2 * c + half;  // sub-block j: elements 32 j .. + 31
+        const __m256i scale = _mm256_shuffle_epi8(scales16, _mm256_set1_epi16(int16_t(0x0100 + 0x0202 * 2 * (j % 4))));
+        const __m256i scale_j = j < 4 ? _mm256_permute2x128_si256(scale, scale, 0x00) : _mm256_permute2x128_si256(scale, scale, 0x11);
+        lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(n[half], a.q(j)), scale_j));
+      }
+    }
+    const __m256i offset = _mm256_madd_epi16(scales16, a.bsums());  // sum_g scale_g bsum_g
+    return _mm256_sub_epi32(_mm256_add_epi32(lanes, lanes), _mm256_mullo_epi32(offset, _mm256_set1_epi32(15)));
+  }
   static void levels_half(const uint8_t* p, int h, __m256i out[4]) {
     const __m256i doubled = _mm256_set1_epi8(0x1e), offset = _mm256_set1_epi8(17);
     for (int c = 0; c < 2; ++c) {

@@ -19,7 +19,7 @@ struct ComputeEncodingSummary {
   int64_t bytes_after = 0;    // and in the compute encodings
 };
 
-// Re-encodes every layer matrix (dense, latent-attention and expert stacks) and the output head
+// Re-encodes every layer matrix (for_each_layer_matrix) and the output head
 // whose type has a compute encoding, into buffers appended to `owned`, and points the views at
 // them (input orders kept). The token embedding, a lookup table, keeps its type unless it is the
 // head too (tied), when both views point at the re-encoded table.

@@ -29,15 +29,7 @@ void prefault_weights(const ModelWeights& w) {
   };
   add(w.token_embd);
   if (!w.tied_output) add(w.output);
-  for (const LayerWeights& l : w.layers) {
-    for (const WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*v);
-    for (const WeightView* v : {&l.mla.q_a, &l.mla.q_b, &l.mla.kv_a, &l.mla.k_b, &l.mla.v_b}) add(*v);
-    const MoeLayerWeights& m = l.moe;
-    for (const WeightView* v : {&m.router, &m.gate_stack, &m.up_stack, &m.down_stack, &m.shared_gate,
-                                &m.shared_up, &m.shared_down}) {
-      add(*v);
-    }
-  }
+  for (const LayerWeights& l : w.layers) for_each_layer_matrix(l, add);
   uint64_t total = 0;
   for (const auto& r : ranges) total += r.second;
   ProgressBar progress("loading", int64_t(total >> 20) + 1);

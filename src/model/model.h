@@ -53,6 +53,19 @@ struct LayerWeights {
   const WeightView& matrix(LinearKind kind) const { return const_cast<LayerWeights*>(this)->matrix(kind); }
 };
 
+// f(view) for every matrix view of a layer (LayerWeights or const LayerWeights): the dense seven,
+// latent attention's, a MoE layer's router, expert stacks and shared expert. Views a layer does not
+// have are empty (null data).
+template <class Layer, class F>
+void for_each_layer_matrix(Layer& l, F&& f) {
+  for (auto* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) f(*v);
+  for (auto* v : {&l.mla.q_a, &l.mla.q_b, &l.mla.kv_a, &l.mla.k_b, &l.mla.v_b}) f(*v);
+  for (auto* v : {&l.moe.router, &l.moe.gate_stack, &l.moe.up_stack, &l.moe.down_stack, &l.moe.shared_gate,
+                  &l.moe.shared_up, &l.moe.shared_down}) {
+    f(*v);
+  }
+}
+
 struct ModelWeights {
   WeightView token_embd;              // [n_vocab][n_embd]
   const float* output_norm = nullptr; // [n_embd]

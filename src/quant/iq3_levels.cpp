@@ -98,17 +98,14 @@ void transcode_blocks(DType from, DType to, const void* src, void* dst, int64_t 
 
 namespace ref {
 
-void quantize_row_iq3_s_l4(const float* src, void* dst, int64_t n) {
+// IQ3_S's quantizer (importance-weighted when given), then the re-encoding.
+void quantize_row_iq3_s_l4_weighted(const float* src, void* dst, int64_t n, const float* importance) {
   std::vector<BlockIQ3_S> blocks(size_t(n / kQK_K));
-  quantize_row_iq3_s(src, blocks.data(), n);
+  quantize_row_with_importance(require_format(DType::IQ3_S), src, blocks.data(), n, importance);
   transcode_iq3_s(blocks.data(), dst, int64_t(blocks.size()));
 }
 
-void quantize_row_iq3_s_l4_weighted(const float* src, void* dst, int64_t n, const float* importance) {
-  std::vector<BlockIQ3_S> blocks(size_t(n / kQK_K));
-  quantize_row_iq3_s_weighted(src, blocks.data(), n, importance);
-  transcode_iq3_s(blocks.data(), dst, int64_t(blocks.size()));
-}
+void quantize_row_iq3_s_l4(const float* src, void* dst, int64_t n) { quantize_row_iq3_s_l4_weighted(src, dst, n, nullptr); }
 
 // As dequantize_row_iq3_s: step d (2 s + 1), times the magnitude, then the sign.
 void dequantize_row_iq3_s_l4(const void* src, float* dst, int64_t n) {

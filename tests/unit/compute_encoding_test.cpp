@@ -26,12 +26,6 @@
 namespace kestrel {
 namespace {
 
-uint32_t bits_of(float v) {
-  uint32_t b;
-  std::memcpy(&b, &v, 4);
-  return b;
-}
-
 std::vector<uint8_t> transcode(const std::vector<uint8_t>& iq3s, int64_t blocks) {
   std::vector<uint8_t> out(size_t(blocks * quant::require_format(DType::IQ3_S_L4).block_bytes));
   quant::transcode_blocks(DType::IQ3_S, DType::IQ3_S_L4, iq3s.data(), out.data(), blocks);
@@ -46,7 +40,7 @@ TEST(ComputeEncoding, Iq3SLevelsDequantizeToGgufPysValues) {
   std::vector<float> values(static_cast<size_t>(n));
   quant::require_format(DType::IQ3_S_L4).dequantize_row(levels.data(), values.data(), n);
   for (int64_t i = 0; i < n; ++i) {
-    ASSERT_EQ(bits_of(values[size_t(i)]), bits_of(f.gguf_py[size_t(i)])) << "value " << i;
+    ASSERT_EQ(float_to_bits(values[size_t(i)]), float_to_bits(f.gguf_py[size_t(i)])) << "value " << i;
   }
 }
 
@@ -69,7 +63,7 @@ TEST(ComputeEncoding, Iq3SLevelsDotEqualsIq3SDot) {
     for (float& v : x) v = dist(rng);
     std::vector<uint8_t> a(size_t(quant::row_bytes(q8k, n)));
     q8k.quantize_row(x.data(), a.data(), n);
-    ASSERT_EQ(bits_of(l4.vec_dot(levels.data(), a.data(), n)), bits_of(iq3s.vec_dot(row.data(), a.data(), n)))
+    ASSERT_EQ(float_to_bits(l4.vec_dot(levels.data(), a.data(), n)), float_to_bits(iq3s.vec_dot(row.data(), a.data(), n)))
         << "trial " << trial;
     std::vector<float> from_iq3s(static_cast<size_t>(n)), from_levels(static_cast<size_t>(n));
     iq3s.dequantize_row(row.data(), from_iq3s.data(), n);

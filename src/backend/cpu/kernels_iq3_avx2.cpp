@@ -85,6 +85,16 @@ struct Iq3GridLayout {
   }
 };
 
+// Sub-block j's 2 s + 1 (the even bytes of the 16 group scales) as int16 j, in both 128-bit lanes;
+// subblock_scale broadcasts one of them to every int16 lane (a madd operand for sub-block j).
+inline __m256i subblock_scales(__m128i group_scales_i8) {
+  const __m128i even = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
+  return _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_shuffle_epi8(group_scales_i8, even)));
+}
+inline __m256i subblock_scale(__m256i scales, int j) {
+  return _mm256_shuffle_epi8(scales, _mm256_set1_epi16(int16_t(0x0100 + 0x0202 * j)));
+}
+
 // IQ3_S's decode (one token) takes the super-block's sum S without the offset, by the sign trick:
 // maddubs(magnitude, sign(q_a, signs)) (pair sums <= 2 x 15 x 127), each sub-block's products madd
 // with its scale: the same integer S as the levels' form, one operation less per sub-block and no
@@ -92,15 +102,11 @@ struct Iq3GridLayout {
 template <class L>
 struct SignTrickDecode {
   static __m256i direct_lanes(const uint8_t* p, const KquantActivation& a) {
-    // Sub-block j's 2 s + 1 (the even bytes of the group scales) as int16 j, in both 128-bit lanes.
-    const __m128i even = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
-    const __m128i odd8 = _mm_shuffle_epi8(L::scales_i8(p), even);
-    const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(odd8));
+    const __m256i scales = subblock_scales(L::scales_i8(p));
     __m256i lanes = _mm256_setzero_si256();
     for (int j = 0; j < 8; ++j) {
       const __m256i products = _mm256_maddubs_epi16(L::magnitudes(p, j), _mm256_sign_epi8(a.q(j), L::signs(p, j)));
-      const __m256i scale = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(int16_t(0x0100 + 0x0202 * j)));
-      lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(products, scale));
+      lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(products, subblock_scale(scales, j)));
     }
     return lanes;
   }
@@ -170,21 +176,16 @@ struct Iq3SL4Layout {
   // from the bsums once per super-block (the same integer S as the levels' form).
   static __m256i direct_lanes(const uint8_t* p, const KquantActivation& a) {
     const __m128i groups = scales_i8(p);
-    const __m256i scales16 = _mm256_cvtepi8_epi16(groups);
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m256i scales = subblock_scales(groups), low4 = _mm256_set1_epi8(0x0f);
     __m256i lanes = _mm256_setzero_si256();
-    for (int c = 0; c < 4; ++c) {
-      const __m256i q = load256(p + 6 + 32 * c);
-      const __m256i n[2] = {_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_srli_epi16(q, 4), low4)};
-      for (int half = 0; half < 2; ++half) {
-        const int j = 2 * c + half;  // sub-block j: elements 32 j .. + 31
-        const __m256i scale = _mm256_shuffle_epi8(scales16, _mm256_set1_epi16(int16_t(0x0100 + 0x0202 * 2 * (j % 4))));
-        const __m256i scale_j = j < 4 ? _mm256_permute2x128_si256(scale, scale, 0x00) : _mm256_permute2x128_si256(scale, scale, 0x11);
-        lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(n[half], a.q(j)), scale_j));
-      }
+    for (int j = 0; j < 8; ++j) {  // sub-block j: nibble j % 2 of qs[32 (j / 2) ..]
+      const __m256i q = load256(p + 6 + 32 * (j / 2));
+      const __m256i n = _mm256_and_si256(j % 2 == 0 ? q : _mm256_srli_epi16(q, 4), low4);
+      lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(n, a.q(j)), subblock_scale(scales, j)));
     }
-    const __m256i offset = _mm256_madd_epi16(scales16, a.bsums());  // sum_g scale_g bsum_g
-    return _mm256_sub_epi32(_mm256_add_epi32(lanes, lanes), _mm256_mullo_epi32(offset, _mm256_set1_epi32(15)));
+    // 15 x sum_g scale_g bsum_g, as (x << 4) - x.
+    const __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(groups), a.bsums());
+    return _mm256_sub_epi32(_mm256_add_epi32(lanes, lanes), _mm256_sub_epi32(_mm256_slli_epi32(offset, 4), offset));
   }
   static void levels_half(const uint8_t* p, int h, __m256i out[4]) {
     const __m256i doubled = _mm256_set1_epi8(0x1e), offset = _mm256_set1_epi8(17);

@@ -42,6 +42,7 @@ struct QuantizeOptions {
   std::string calib;
   int64_t calib_ctx = 512;
   int64_t calib_chunks = 128;
+  int64_t calib_batch = 0;  // chunks through a layer at once (GPTQ); 0: 4096 tokens' worth
   bool no_act_order = false;
   bool no_clip = false;
   bool mlp_error = false;
@@ -75,6 +76,7 @@ CalibrationPass calibration_pass(const Tokenizer& tokenizer, const QuantizeOptio
   pass.n_chunks = o.calib_chunks;
   pass.bos_token = tokenizer.vocab().add_bos ? tokenizer.bos_id() : -1;
   pass.num_threads = o.threads > 0 ? o.threads : default_thread_count();
+  pass.slice_chunks = o.calib_batch;
   return pass;
 }
 
@@ -96,7 +98,8 @@ ImportanceMatrix imatrix_from_calibration(const QuantizeOptions& o) {
 // GPTQ's encodings, and in `imatrix` the importance matrix of the same pass (for the others).
 std::map<std::string, EncodedTensor> gptq_tensors(const std::string& input, const QuantizeOptions& o,
                                                   const QuantRecipe& recipe, ImportanceMatrix& imatrix) {
-  auto model = Model::load(input);
+  // Not prefaulted: the calibration reads the model a layer at a time and drops each layer's pages.
+  auto model = Model::load(input, {}, {.prefault = false});
   std::map<std::string, DType> targets;
   const std::vector<QuantChoice> plan = requantize_plan(model->file(), recipe);
   std::map<DType, int> others;  // quantized, but not by GPTQ: how many of each type
@@ -514,6 +517,10 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("--calib-ctx", options->calib_ctx, "tokens per calibration chunk (default 512)")
       ->check(int_range(16, int64_t(1) << 20));
   cmd->add_option("--calib-chunks", options->calib_chunks, "calibration chunks (default 128)")
+      ->check(int_range(1, int64_t(1) << 20));
+  cmd->add_option("--calib-batch", options->calib_batch,
+                  "gptq: calibration chunks run through a layer at once (default: 4096 tokens' worth); memory "
+                  "grows with it, the result does not change")
       ->check(int_range(1, int64_t(1) << 20));
   cmd->add_flag("--no-act-order", options->no_act_order,
                 "gptq: quantize columns in order (default: by decreasing activation, with static groups)");

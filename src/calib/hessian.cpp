@@ -25,46 +25,70 @@ HessianAccumulator::HessianAccumulator(int64_t cols) : cols_(cols), sum_(size_t(
 
 void HessianAccumulator::add(const float* x, int64_t n, ThreadPool& pool) {
   if (n <= 0) return;
+  if (sum_.empty()) fail("internal: rows added to a spent Hessian accumulator");
   for (int64_t i = 0; i < n * cols_; ++i) {
     if (!std::isfinite(x[i])) fail("non-finite calibration activation (token {}, channel {})", i / cols_, i % cols_);
   }
+  samples_ += n;
+  int64_t t0 = 0;
+  if (!waiting_.empty()) {
+    // Complete the waiting slice first.
+    const int64_t have = int64_t(waiting_.size()) / cols_, take = std::min(kSliceTokens - have, n);
+    waiting_.insert(waiting_.end(), x, x + take * cols_);
+    t0 = take;
+    if (have + take < kSliceTokens) return;
+    add_slice(waiting_.data(), kSliceTokens, pool);
+    waiting_.clear();
+  }
+  for (; n - t0 >= kSliceTokens; t0 += kSliceTokens) add_slice(x + t0 * cols_, kSliceTokens, pool);
+  waiting_.assign(x + t0 * cols_, x + n * cols_);
+}
+
+void HessianAccumulator::add_slice(const float* x, int64_t rows, ThreadPool& pool) {
   // The tile pairs (i, j) with j <= i: the lower triangle, shared out over the threads.
   const int64_t tiles = (cols_ + kTile - 1) / kTile;
   std::vector<std::pair<int64_t, int64_t>> pairs;
   for (int64_t i = 0; i < tiles; ++i) {
     for (int64_t j = 0; j <= i; ++j) pairs.emplace_back(i, j);
   }
-  for (int64_t t0 = 0; t0 < n; t0 += kSliceTokens) {
-    const int64_t rows = std::min(kSliceTokens, n - t0);
-    const Eigen::Map<const RowMajorF> X(x + t0 * cols_, rows, cols_);
-    pool.parallel_for(int64_t(pairs.size()), [&](int64_t begin, int64_t end) {
-      Eigen::MatrixXf product;
-      for (int64_t p = begin; p < end; ++p) {
-        const auto [i, j] = pairs[size_t(p)];
-        const int64_t ci = i * kTile, cj = j * kTile;
-        const int64_t wi = std::min(kTile, cols_ - ci), wj = std::min(kTile, cols_ - cj);
-        product.noalias() = X.middleCols(ci, wi).transpose() * X.middleCols(cj, wj);
-        for (int64_t a = 0; a < wi; ++a) {
-          double* out = sum_.data() + (ci + a) * cols_ + cj;
-          for (int64_t b = 0; b < wj; ++b) out[b] += double(product(a, b));
-        }
+  const Eigen::Map<const RowMajorF> X(x, rows, cols_);
+  pool.parallel_for(int64_t(pairs.size()), [&](int64_t begin, int64_t end) {
+    Eigen::MatrixXf product;
+    for (int64_t p = begin; p < end; ++p) {
+      const auto [i, j] = pairs[size_t(p)];
+      const int64_t ci = i * kTile, cj = j * kTile;
+      const int64_t wi = std::min(kTile, cols_ - ci), wj = std::min(kTile, cols_ - cj);
+      product.noalias() = X.middleCols(ci, wi).transpose() * X.middleCols(cj, wj);
+      for (int64_t a = 0; a < wi; ++a) {
+        double* out = sum_.data() + (ci + a) * cols_ + cj;
+        for (int64_t b = 0; b < wj; ++b) out[b] += double(product(a, b));
       }
-    });
-  }
-  samples_ += n;
+    }
+  });
 }
 
-Hessian HessianAccumulator::hessian() const {
+Hessian HessianAccumulator::hessian(ThreadPool& pool) {
+  if (sum_.empty()) fail("internal: a Hessian accumulator asked twice");
+  if (!waiting_.empty()) {
+    add_slice(waiting_.data(), int64_t(waiting_.size()) / cols_, pool);
+    waiting_.clear();
+    waiting_.shrink_to_fit();
+  }
+  // The sum becomes the Hessian in place (it is n x n doubles: 642 MB for an 8960-wide input).
   Hessian h;
   h.cols = cols_;
   h.samples = samples_;
-  h.h.assign(size_t(cols_ * cols_), 0.0);
-  if (samples_ == 0) return h;
+  h.h = std::move(sum_);
+  sum_.clear();
+  if (samples_ == 0) {
+    std::fill(h.h.begin(), h.h.end(), 0.0);
+    return h;
+  }
   const double scale = 2.0 / double(samples_);
   for (int64_t r = 0; r < cols_; ++r) {
     for (int64_t c = 0; c <= r; ++c) {
       // (r, c) with c <= r lies in a tile pair (tile of r, tile of c) on or below the diagonal.
-      const double v = sum_[size_t(r * cols_ + c)] * scale;
+      const double v = h.h[size_t(r * cols_ + c)] * scale;
       h.h[size_t(r * cols_ + c)] = v;
       h.h[size_t(c * cols_ + r)] = v;
     }

@@ -1,8 +1,14 @@
-// The forward pass the calibrated quantizers (GPTQ, AWQ) learn from: the calibration chunks
-// (n_ctx tokens each, BOS first when the model wants one, as perplexity cuts them) run through
-// the model as ONE batch with an ActivationObserver shown every linear layer's input of all
-// n_chunks x n_ctx tokens at once, layer by layer. No logits are computed. The price is memory:
-// the activations of all tokens are held at once (about 4 x (3 x n_embd + 2 x n_ff) bytes a token).
+// The forward passes the calibrated quantizers (GPTQ, AWQ) learn from. The calibration chunks
+// (n_ctx tokens each, BOS first when the model wants one, as perplexity cuts them) run through the
+// model either
+// - as ONE batch (run_calibration_pass, AWQ) with an ActivationObserver shown every linear layer's
+//   input of all n_chunks x n_ctx tokens at once, layer by layer; the price is memory: the
+//   activations of all tokens are held at once (about 4 x (3 x n_embd + 2 x n_ff) bytes a token);
+// - or layer by layer over slices of chunks (run_layerwise_calibration, GPTQ; AutoGPTQ's layer
+//   loop): only the residual stream of all tokens is kept (4 x n_embd bytes a token), and each
+//   layer runs slice by slice as often as its observer needs, each time as far as the input it is
+//   learning from.
+// No logits are computed.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +29,21 @@ struct CalibrationPass {
   int32_t bos_token = -1;  // -1: keep each chunk's first token
   int num_threads = 2;
   bool stacks = false;     // the observer handles MoE expert stacks and latent attention (GPTQ); else refused
+  // Chunks run through a layer at once by run_layerwise_calibration (0: as many as make 4096
+  // tokens, at least one).
+  int64_t slice_chunks = 0;
+};
+
+// The observer of run_layerwise_calibration. It may stop a slice's pass at the input it learns from
+// (ForwardPassStopped); every slice then goes as far in that pass (the same inputs in the same
+// order), and end_pass follows the pass's last slice, where the observer acts on what it saw (GPTQ
+// quantizes the matrices whose inputs it collected, so the next pass computes with them). Inputs
+// it has learned from in an earlier pass of the layer it lets through without stopping.
+class LayerPassObserver : public ActivationObserver {
+ public:
+  // `stopped`: the pass ended at an input; else it went through the whole layer, whose outputs
+  // are now the next layer's inputs (the layer's last pass).
+  virtual void end_pass(int64_t layer, bool stopped) = 0;
 };
 
 // Why the calibrated quantizers cannot handle this model, or "" when they can. They write
@@ -38,6 +59,14 @@ std::string calibration_limit(const Model& model, bool names_only = false, bool 
 // the caller in the errors ("GPTQ", "AWQ").
 void run_calibration_pass(const Model& model, std::span<const int32_t> tokens, const CalibrationPass& pass,
                           ActivationObserver& observer, const char* method);
+
+// The calibration layer by layer: the chunks' residual stream [n_chunks x n_ctx][n_embd] (F32) is
+// kept between layers, and each layer runs over it in slices of pass.slice_chunks chunks (their
+// K/V in a cache for one slice), pass after pass until one goes through the whole layer. Memory:
+// that residual stream, one slice's activations and K/V, and what the observer keeps. Errors as
+// run_calibration_pass's.
+void run_layerwise_calibration(const Model& model, std::span<const int32_t> tokens, const CalibrationPass& pass,
+                               LayerPassObserver& observer, const char* method);
 
 // The matrices that read the input the forward pass shows with `kind`: q, k and v share theirs
 // (shown as AttnQ, AttnK, AttnV in turn), gate and up theirs (a MoE layer's shared expert's too);

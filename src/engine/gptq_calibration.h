@@ -1,10 +1,12 @@
 // GPTQ over a whole model, layer by layer on the already-quantized layers' outputs: the
-// calibration chunks run through the model as ONE batch (engine/calibration_pass.h), and an
-// ActivationObserver quantizes each linear layer the moment its inputs
-// arrive, then points the model at the quantized matrix before the forward pass reads it. So every
-// layer's Hessian comes from the inputs the quantized model really produces (AutoGPTQ's
+// calibration chunks run through the model one layer at a time over slices of chunks
+// (run_layerwise_calibration, engine/calibration_pass.h). Each pass of a layer goes as far as the
+// next input whose readers are still to be quantized, that input's Hessian gathers every slice's
+// tokens, and its readers are quantized and the model pointed at them before the next pass. So
+// every layer's Hessian comes from the inputs the quantized model really produces (AutoGPTQ's
 // block-by-block order, and its "true sequential" order inside a block: q/k/v, then the output
-// projection, gate/up, then down), in one forward pass.
+// projection, gate/up, then down), and memory holds one slice's activations, not all chunks'.
+// A finished layer's file pages are dropped (the mapped model then costs about a layer's weights).
 #pragma once
 
 #include <cstdint>

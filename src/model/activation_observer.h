@@ -49,6 +49,11 @@ class ActivationObserver {
   virtual void end_stacked(int64_t /*layer*/, LinearKind /*kind*/, int64_t /*n_mat*/) {}
 };
 
+// Thrown by an observer to end a forward pass at the input it was shown (a calibration that runs
+// each layer only as far as the matrices it is learning from): the pass's hidden state, scratch
+// and K/V writes are then partial, and whoever set the observer catches it.
+struct ForwardPassStopped {};
+
 // Who sees a block's matrix inputs, and as which layer (none: nobody).
 struct LayerObserver {
   ActivationObserver* observer = nullptr;

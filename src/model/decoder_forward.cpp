@@ -112,13 +112,19 @@ void Model::embed(Backend& backend, const ForwardBatch& batch, ForwardScratch& s
 }
 
 void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCacheView& kv, ForwardScratch& s,
-                       Communicator& tp, ActivationObserver* observer) const {
+                       Communicator& tp, ActivationObserver* observer, LayerRange layers) const {
   const ModelConfig& c = config_;
   const int64_t T = batch.num_tokens();
   if (T == 0) return;
   if (int64_t(kv.layers.size()) != c.n_layer) fail("internal: KV cache has the wrong layer count");
   if (int64_t(s.hidden.size()) != T * c.n_embd) fail("internal: the stage's input is not [T][n_embd]");
   const ModelShard& sh = shard_;
+  const int64_t layer_begin = layers.begin >= 0 ? layers.begin : sh.layer_begin;
+  const int64_t layer_end = layers.end >= 0 ? layers.end : sh.layer_end;
+  if (layer_begin < sh.layer_begin || layer_end > sh.layer_end || layer_begin >= layer_end) {
+    fail("internal: layers [{}, {}) outside the stage's [{}, {})", layer_begin, layer_end, sh.layer_begin,
+         sh.layer_end);
+  }
   const RankSlice& me = sh.mine();
   const int64_t n_head = me.n_head(), n_head_kv = me.n_head_kv(), n_ff = me.n_ff();
   const int64_t q_width = n_head * c.head_dim, kv_width = n_head_kv * c.head_dim;
@@ -314,7 +320,7 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
       add_norm(s.hidden.data(), s.proj.data(), l.ffn_norm, l.ffn_norm_b, s.normed.data());
     }
     mlp(il, l);
-    if (il + 1 < sh.layer_end) {
+    if (il + 1 < layer_end) {
       // x += m; h = norm(x) for the next layer's attention.
       const LayerWeights& next = weights_.layers[size_t(il + 1)];
       add_norm(s.hidden.data(), s.proj.data(), next.attn_norm, next.attn_norm_b, s.normed.data());
@@ -325,9 +331,9 @@ void Model::run_layers(Backend& backend, const ForwardBatch& batch, const KvCach
   };
 
   // The first layer's input norm; every later one is fused with the residual add before it.
-  const LayerWeights& first = weights_.layers[size_t(sh.layer_begin)];
+  const LayerWeights& first = weights_.layers[size_t(layer_begin)];
   norm(s.hidden.data(), first.attn_norm, first.attn_norm_b, T, c.n_embd, s.normed.data());
-  for (int64_t il = sh.layer_begin; il < sh.layer_end; ++il) {
+  for (int64_t il = layer_begin; il < layer_end; ++il) {
     const LayerWeights& l = weights_.layers[size_t(il)];
     const bool sliding = c.is_sliding(il);
     // Attention block; s.normed holds the layer's input norm of x.

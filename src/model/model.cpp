@@ -74,7 +74,7 @@ WeightView slice_columns(const WeightView& w, int64_t begin, int64_t end, std::v
   return WeightView{DType::F32, w.rows, end - begin, buffer.data()};
 }
 
-std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& request, bool compute_encodings) {
+std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& request, const ModelLoadOptions& options) {
   std::unique_ptr<Model> model(new Model());
   model->file_ = is_hf_folder(path) ? load_hf_folder(path) : gguf::GgufFile::open(path);
   model->config_ = read_model_config(*model->file_);
@@ -100,13 +100,13 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& 
   model->shard_ = plan_model_shard(model->config_, request.tp_size, request.tp_rank, request.pp_size,
                                    request.pp_rank, ff_align, request.tp_deterministic);
   model->load_weights();
-  if (compute_encodings) {
+  if (options.compute_encodings) {
     const gguf::GgufFile& file = *model->file_;
     const ComputeEncodingSummary summary = adopt_compute_encodings(
         model->weights_, model->owned_matrices_, [&file](const void* data, size_t bytes) { file.release_pages(data, bytes); });
     model->reencoding_extra_bytes_ = summary.bytes_after - summary.bytes_before;
   }
-  prefault_weights(model->weights_);
+  if (options.prefault) prefault_weights(model->weights_);
   return model;
 }
 

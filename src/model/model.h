@@ -91,6 +91,20 @@ struct ModelWeights {
 // row-parallel shard (attn_output, ffn_down) of a quantized matrix.
 WeightView slice_columns(const WeightView& w, int64_t begin, int64_t end, std::vector<LargeBuffer>& owned);
 
+struct ModelLoadOptions {
+  // Re-encode matrices for the CPU kernels (false: tests comparing the stored type's kernels).
+  bool compute_encodings = true;
+  // Touch every weight page at load (a progress bar for large files; no page faults in the first
+  // pass). A calibration that reads the model one layer at a time and drops each layer's pages
+  // after it skips this, so the whole file is never resident at once.
+  bool prefault = true;
+};
+
+// Layers [begin, end) of a model; -1: the stage's first / end.
+struct LayerRange {
+  int64_t begin = -1, end = -1;
+};
+
 class Model {
  public:
   // Loads a GGUF model of any supported architecture (model_config.h); an unknown architecture or
@@ -100,10 +114,10 @@ class Model {
   // repacked into memory of their own (whole blocks copied; a slice that would cut a block is
   // dequantized to F32).
   // Matrices whose type the CPU kernels compute faster in an exact re-encoding are re-encoded into
-  // memory of the model's own (model/compute_encodings.h) unless `compute_encodings` is false
-  // (tests comparing the stored type's kernels).
+  // memory of the model's own (model/compute_encodings.h), and every weight page is touched,
+  // unless `options` says otherwise.
   static std::unique_ptr<Model> load(const std::string& path, const ShardRequest& shard = {},
-                                     bool compute_encodings = true);
+                                     const ModelLoadOptions& options = {});
 
   // The whole model's hyper-parameters (not the shard's).
   const ModelConfig& config() const { return config_; }
@@ -134,9 +148,11 @@ class Model {
   // tensor-parallel group (every rank of it calls the same parts with the same batch).
   // embed: the first stage's input, scratch.hidden = embeddings [T][n_embd].
   void embed(Backend& backend, const ForwardBatch& batch, ForwardScratch& scratch, Communicator& tp) const;
-  // The stage's layers over scratch.hidden [T][n_embd], in place.
+  // The stage's layers over scratch.hidden [T][n_embd], in place: all of them, or `layers` (a
+  // calibration runs the model layer by layer: the output is then the residual stream after the
+  // range's last layer, not yet normalized for the next).
   void run_layers(Backend& backend, const ForwardBatch& batch, const KvCacheView& kv, ForwardScratch& scratch,
-                  Communicator& tp, ActivationObserver* observer = nullptr) const;
+                  Communicator& tp, ActivationObserver* observer = nullptr, LayerRange layers = {}) const;
   // The last stage's head: logits [logits rows][n_vocab] onto tensor-parallel rank 0 (`logits` is
   // not written on the others).
   void head(Backend& backend, const ForwardBatch& batch, ForwardScratch& scratch, float* logits,

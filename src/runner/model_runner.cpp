@@ -150,6 +150,29 @@ std::span<float> ModelRunner::execute(std::span<const SequenceChunk> chunks) {
   return execute(batch);
 }
 
+void ModelRunner::embed(std::span<const SequenceChunk> chunks, std::vector<float>& hidden) {
+  if (parallel_ != nullptr) fail("internal: a layer-by-layer run needs the whole model in one process");
+  const ForwardBatch batch = build_forward_batch(chunks, block_size(), num_groups());
+  LocalCommunicator local;
+  model_.embed(*backend_, batch, scratch_, local);
+  hidden.swap(scratch_.hidden);
+}
+
+void ModelRunner::run_layers(std::span<const SequenceChunk> chunks, std::vector<float>& hidden, LayerRange layers) {
+  if (parallel_ != nullptr) fail("internal: a layer-by-layer run needs the whole model in one process");
+  const ForwardBatch batch = build_forward_batch(chunks, block_size(), num_groups());
+  check_slots(batch);
+  LocalCommunicator local;
+  scratch_.hidden.swap(hidden);
+  try {
+    model_.run_layers(*backend_, batch, kv_view_, scratch_, local, observer_, layers);
+  } catch (...) {
+    scratch_.hidden.swap(hidden);
+    throw;
+  }
+  scratch_.hidden.swap(hidden);
+}
+
 void ModelRunner::set_activation_observer(ActivationObserver* observer) {
   if (observer != nullptr) {
     if (const std::string m = model_.input_ordered_matrix(); !m.empty()) {
@@ -176,7 +199,7 @@ std::span<float> ModelRunner::execute(const ForwardBatch& batch) {
   return run_step(batch);
 }
 
-std::span<float> ModelRunner::run_step(const ForwardBatch& batch) {
+void ModelRunner::check_slots(const ForwardBatch& batch) const {
   for (size_t g = 0; g < batch.kv_groups.size(); ++g) {
     for (int64_t slot : batch.kv_groups[g].slot_mapping) {
       if (slot < 0 || slot >= kv_view_.num_blocks[g] * block_size()) {
@@ -184,6 +207,10 @@ std::span<float> ModelRunner::run_step(const ForwardBatch& batch) {
       }
     }
   }
+}
+
+std::span<float> ModelRunner::run_step(const ForwardBatch& batch) {
+  check_slots(batch);
   const int64_t n_vocab = model_.config().n_vocab;
   if (parallel_ == nullptr) {
     logits_.resize(batch.logits_indices.size() * size_t(batch.head != nullptr ? batch.head->rows : n_vocab));

@@ -68,6 +68,13 @@ class ModelRunner {
   // micro-batches through its stage, logits (on rank 0) as execute() returns them.
   std::span<float> run_step(const ForwardBatch& batch);
 
+  // One process only, for a calibration that runs the model layer by layer over slices of its
+  // chunks: the chunks' token embeddings [T][n_embd] into `hidden`; then layers `layers` over
+  // `hidden` in place (the residual stream after them), the observer (if set) shown their inputs.
+  // An observer's ForwardPassStopped passes through (`hidden` then holds a partial state).
+  void embed(std::span<const SequenceChunk> chunks, std::vector<float>& hidden);
+  void run_layers(std::span<const SequenceChunk> chunks, std::vector<float>& hidden, LayerRange layers);
+
   // Every later execute() shows the linear layers' inputs to `observer` (not owned; null: none).
   // Throws for a model with act-order matrices (their columns are not in the input's order).
   void set_activation_observer(ActivationObserver* observer);
@@ -85,6 +92,8 @@ class ModelRunner {
   int64_t kv_bytes() const;
 
  private:
+  void check_slots(const ForwardBatch& batch) const;  // every K/V slot inside the cache
+
   const Model& model_;
   RunnerConfig config_;
   std::unique_ptr<Backend> own_backend_;

@@ -120,6 +120,33 @@ TEST(GptqStories260K, DivergesLessThanRoundToNearestAndWritesWhatItEncoded) {
   EXPECT_GT(gptq.top1_agreement, rtn.top1_agreement);
 }
 
+// GPTQ runs the model layer by layer over slices of the calibration chunks (only the residual
+// stream of every token is kept), each layer pass after pass as far as the input it learns from.
+// The slices change neither the Hessians (cut into the same 4096-token float products whatever the
+// slices) nor the activations (batch invariance): 48 chunks in slices of 5 give the bytes of one
+// slice of all 48, and every layer's matrices in the same order.
+TEST(GptqStories260K, SlicesOfTheCalibrationGiveTheSameEncodings) {
+  const std::string text = test::read_file(test::shared_model_path("text/tinystories_val.txt"));
+  std::map<std::string, EncodedTensor> encoded[2];
+  std::vector<std::string> order[2];
+  const int64_t slices[2] = {48, 5};
+  for (int i = 0; i < 2; ++i) {
+    auto model = Model::load(kStories);
+    const auto tokenizer = Tokenizer::from_gguf(model->file());
+    const auto calibration = tokenizer->encode(text.substr(0, kCalibrationBytes), true, false);
+    GptqCalibrationOptions options;
+    options.pass.n_ctx = 128;
+    options.pass.n_chunks = 48;
+    options.pass.bos_token = tokenizer->bos_id();
+    options.pass.slice_chunks = slices[i];
+    encoded[i] = gptq_quantize_model(*model, calibration, gptq_targets(*model), options,
+                                     [&](const GptqTensorReport& r) { order[i].push_back(r.name); });
+  }
+  ASSERT_EQ(encoded[0].size(), 30u);
+  EXPECT_EQ(order[1], order[0]);
+  for (const auto& [name, t] : encoded[0]) EXPECT_TRUE(encoded[1].at(name).bytes == t.bytes) << name;
+}
+
 TEST(GptqStories260K, ShortCalibrationTextAndUnsupportedTypesAreClearErrors) {
   auto model = Model::load(kStories);
   const std::vector<int32_t> tokens(1000, 5);

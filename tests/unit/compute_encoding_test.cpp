@@ -115,7 +115,7 @@ TEST(ComputeEncoding, Iq3SModelReencodedOnAvx2WithTheSameLogits) {
   if (cpu::kernels_for(cpu::Isa::Avx2) == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
   const std::string& path = iq3s_model();
   test::IsaEnv avx2("avx2");
-  const auto stored = Model::load(path, {}, false);
+  const auto stored = Model::load(path, {}, {.compute_encodings = false});
   const auto reencoded = Model::load(path);
   int64_t blocks = 0;
   for (size_t il = 0; il < stored->weights().layers.size(); ++il) {

@@ -50,8 +50,7 @@ class GptqLayerQuantizer : public LayerPassObserver {
   void end_stacked(int64_t layer, LinearKind kind, int64_t n_mat) override {
     if (learned_.count(kind) != 0 || targets_reading(layer, kind).empty()) return;
     seen_.insert(kind);
-    if (current_ && *current_ != kind) fail("internal: GPTQ's pass reached {} before {}", int(kind), int(*current_));
-    current_ = kind;
+    become_current(kind);
     current_stack_ = n_mat;
     throw ForwardPassStopped{};
   }
@@ -123,11 +122,16 @@ class GptqLayerQuantizer : public LayerPassObserver {
     }
     return todo;
   }
+  // Every slice of a pass learns from the same input: the first it reaches.
+  void become_current(LinearKind kind) {
+    if (current_ && *current_ != kind) fail("internal: GPTQ's pass reached {} before {}", int(kind), int(*current_));
+    current_ = kind;
+  }
+
   // Adds x [n][cols], the input of matrix `index` (-1: not a stack) read by the current input's
   // readers, to its Hessian.
   void collect(int64_t layer, LinearKind kind, int64_t index, const float* x, int64_t n, int64_t cols) {
-    if (current_ && *current_ != kind) fail("internal: GPTQ's pass reached {} before {}", int(kind), int(*current_));
-    current_ = kind;
+    become_current(kind);
     const auto start = std::chrono::steady_clock::now();
     auto it = accumulators_.try_emplace(index, cols).first;
     try {
@@ -166,11 +170,12 @@ class GptqLayerQuantizer : public LayerPassObserver {
       p.type = targets_.at(name);
       p.row_bytes = quant::row_bytes(quant::require_format(p.type), stack.cols);
       p.bytes.assign(size_t(stack.rows * p.row_bytes), 0);
-      p.hessian_seconds = hessian_seconds_;
     }
+    double hessian_seconds = hessian_seconds_;  // reported with the first stack
     for (auto& [index, accumulator] : accumulators_) {
       double seconds = 0.0;
       const calib::Hessian hessian = hessian_of(index, readers.front().first, &seconds);
+      hessian_seconds += seconds;
       for (size_t i = 0; i < readers.size(); ++i) {
         const WeightView& stack = model_.weights().layers[size_t(layer)].matrix(readers[i].second);
         PendingStack& p = stacks[i];
@@ -181,14 +186,12 @@ class GptqLayerQuantizer : public LayerPassObserver {
         const std::vector<uint8_t> bytes = calib::gptq_quantize(p.type, w, rows, stack.cols, hessian, options_.gptq,
                                                                 pool_, &stats, options_.measure_loss);
         std::copy(bytes.begin(), bytes.end(), p.bytes.begin() + std::ptrdiff_t(index * rows * p.row_bytes));
-        p.done.push_back(index);
         p.samples += hessian.samples;
         // The loss of the bytes returned (GptqOptions::keep_better may return the baseline's).
         p.stats.proxy_loss += stats.kept_baseline ? stats.proxy_loss_baseline : stats.proxy_loss;
         p.stats.proxy_loss_baseline += stats.proxy_loss_baseline;
         p.stats.dead_columns += stats.dead_columns;
         p.stats.damp_used = std::max(p.stats.damp_used, stats.damp_used);
-        if (i == 0) p.hessian_seconds += seconds;
         p.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
     }
@@ -200,7 +203,7 @@ class GptqLayerQuantizer : public LayerPassObserver {
       const quant::WeightFormat& format = quant::require_format(p.type);
       int64_t unrouted = 0;
       for (int64_t e = 0; e < n_mat; ++e) {
-        if (std::find(p.done.begin(), p.done.end(), e) != p.done.end()) continue;
+        if (accumulators_.count(e) != 0) continue;  // GPTQ'd above
         ++unrouted;
         const std::vector<float> w = dequantize_matrix(MoeLayerWeights::expert_rows(stack, e, rows), pool_);
         for (int64_t r = 0; r < rows; ++r) {
@@ -212,7 +215,7 @@ class GptqLayerQuantizer : public LayerPassObserver {
       out.method = "gptq";
       out.bytes = std::move(p.bytes);
       release_pages(model_.replace_matrix(name, WeightView{p.type, stack.rows, stack.cols, out.bytes.data()}));
-      GptqTensorReport report{name, p.type, stack.rows, stack.cols, p.samples, p.stats, i == 0 ? p.hessian_seconds : 0.0,
+      GptqTensorReport report{name, p.type, stack.rows, stack.cols, p.samples, p.stats, i == 0 ? hessian_seconds : 0.0,
                               p.seconds};
       report.stacked = n_mat;
       report.unseen = unrouted;
@@ -225,10 +228,9 @@ class GptqLayerQuantizer : public LayerPassObserver {
     DType type = DType::F32;
     int64_t row_bytes = 0;
     std::vector<uint8_t> bytes;  // [n_mat * rows] encoded rows
-    std::vector<int64_t> done;   // the matrices encoded by GPTQ
     int64_t samples = 0;
     calib::GptqStats stats;
-    double hessian_seconds = 0.0, seconds = 0.0;
+    double seconds = 0.0;
   };
 
   Model& model_;

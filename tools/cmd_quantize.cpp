@@ -42,7 +42,7 @@ struct QuantizeOptions {
   std::string calib;
   int64_t calib_ctx = 512;
   int64_t calib_chunks = 128;
-  int64_t calib_batch = 0;  // chunks through a layer at once (GPTQ); 0: 4096 tokens' worth
+  int64_t calib_batch = 0;  // chunks through a layer at once (GPTQ, AWQ); 0: 4096 tokens' worth
   bool no_act_order = false;
   bool no_clip = false;
   bool mlp_error = false;
@@ -181,7 +181,8 @@ std::map<std::string, EncodedTensor> gptq_tensors(const std::string& input, cons
 // search, no clipping.
 std::map<std::string, EncodedTensor> awq_tensors(const QuantizeOptions& o, const QuantRecipe& recipe, bool for_gptq,
                                                  bool smooth = false) {
-  const auto model = Model::load(o.input);
+  // Not prefaulted: the calibration reads the model a layer at a time and drops each layer's pages.
+  const auto model = Model::load(o.input, {}, {.prefault = false});
   std::map<std::string, DType> targets;
   const std::vector<QuantChoice> plan = requantize_plan(model->file(), recipe);
   for (int64_t il = 0; il < model->config().n_layer; ++il) {
@@ -519,7 +520,7 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("--calib-chunks", options->calib_chunks, "calibration chunks (default 128)")
       ->check(int_range(1, int64_t(1) << 20));
   cmd->add_option("--calib-batch", options->calib_batch,
-                  "gptq: calibration chunks run through a layer at once (default: 4096 tokens' worth); memory "
+                  "gptq, awq: calibration chunks run through a layer at once (default: 4096 tokens' worth); memory "
                   "grows with it, the result does not change")
       ->check(int_range(1, int64_t(1) << 20));
   cmd->add_flag("--no-act-order", options->no_act_order,

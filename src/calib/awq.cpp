@@ -13,7 +13,6 @@ namespace kestrel::calib {
 namespace {
 
 using RowMajorF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using Stride = Eigen::OuterStride<>;
 
 constexpr int64_t kRowsPerChunk = 64;
 
@@ -328,25 +327,6 @@ void awq_scale_columns(std::span<const AwqLinear> linears, int64_t cols, std::sp
       }
     });
   }
-}
-
-BlockMoments block_moments(const float* x, int64_t n, int64_t cols, int64_t group, ThreadPool& pool) {
-  if (group < 1 || cols % group != 0) fail("internal: {} columns do not split into groups of {}", cols, group);
-  BlockMoments m{cols, group, std::vector<double>(size_t(cols * group), 0.0)};
-  constexpr int64_t kSlice = 4096;  // tokens per float product, summed in double
-  pool.parallel_for(cols / group, [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g) {
-      double* out = m.blocks.data() + g * group * group;
-      for (int64_t t0 = 0; t0 < n; t0 += kSlice) {
-        const int64_t rows = std::min(kSlice, n - t0);
-        const Eigen::Map<const RowMajorF, 0, Stride> xg(x + t0 * cols + g * group, rows, group, Stride(cols));
-        const RowMajorF p = xg.transpose() * xg;
-        for (int64_t i = 0; i < group * group; ++i) out[i] += double(p.data()[i]);
-      }
-      for (int64_t i = 0; i < group * group; ++i) out[i] /= double(n);
-    }
-  });
-  return m;
 }
 
 bool awq_can_clip(DType type) {

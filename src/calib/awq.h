@@ -32,6 +32,7 @@
 #include <span>
 #include <vector>
 
+#include "calib/awq_input.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 
@@ -122,14 +123,6 @@ AwqScaleResult smoothquant_search(std::span<const AwqLinear> linears, const AwqI
 // W := W diag(scales) for each layer.
 void awq_scale_columns(std::span<const AwqLinear> linears, int64_t cols, std::span<const float> scales,
                        ThreadPool& pool);
-
-// The input's second moments E[x x^T] over all tokens, only on the diagonal blocks of `group`
-// columns: [cols / group][group][group], in double.
-struct BlockMoments {
-  int64_t cols = 0, group = 0;
-  std::vector<double> blocks;
-};
-BlockMoments block_moments(const float* x, int64_t n, int64_t cols, int64_t group, ThreadPool& pool);
 
 // True when the clipping search applies to `type`: its quantizer treats each block of at most 128
 // values on its own (Kestrel's INT4 per-group formats, Q4_0, Q5_0, Q8_0, ...), not a k-quant.

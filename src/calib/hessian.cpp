@@ -19,7 +19,8 @@ using RowMajorF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Ro
 
 }  // namespace
 
-HessianAccumulator::HessianAccumulator(int64_t cols) : cols_(cols), sum_(size_t(cols * cols), 0.0) {
+HessianAccumulator::HessianAccumulator(int64_t cols)
+    : cols_(cols), sum_(size_t(cols * cols), 0.0), slicer_(cols, kSliceTokens) {
   if (cols <= 0) fail("internal: Hessian of {} columns", cols);
 }
 
@@ -30,18 +31,7 @@ void HessianAccumulator::add(const float* x, int64_t n, ThreadPool& pool) {
     if (!std::isfinite(x[i])) fail("non-finite calibration activation (token {}, channel {})", i / cols_, i % cols_);
   }
   samples_ += n;
-  int64_t t0 = 0;
-  if (!waiting_.empty()) {
-    // Complete the waiting slice first.
-    const int64_t have = int64_t(waiting_.size()) / cols_, take = std::min(kSliceTokens - have, n);
-    waiting_.insert(waiting_.end(), x, x + take * cols_);
-    t0 = take;
-    if (have + take < kSliceTokens) return;
-    add_slice(waiting_.data(), kSliceTokens, pool);
-    waiting_.clear();
-  }
-  for (; n - t0 >= kSliceTokens; t0 += kSliceTokens) add_slice(x + t0 * cols_, kSliceTokens, pool);
-  waiting_.assign(x + t0 * cols_, x + n * cols_);
+  slicer_.add(x, n, [&](const float* rows, int64_t count) { add_slice(rows, count, pool); });
 }
 
 void HessianAccumulator::add_slice(const float* x, int64_t rows, ThreadPool& pool) {
@@ -69,11 +59,7 @@ void HessianAccumulator::add_slice(const float* x, int64_t rows, ThreadPool& poo
 
 Hessian HessianAccumulator::hessian(ThreadPool& pool) {
   if (sum_.empty()) fail("internal: a Hessian accumulator asked twice");
-  if (!waiting_.empty()) {
-    add_slice(waiting_.data(), int64_t(waiting_.size()) / cols_, pool);
-    waiting_.clear();
-    waiting_.shrink_to_fit();
-  }
+  slicer_.flush([&](const float* rows, int64_t count) { add_slice(rows, count, pool); });
   // The sum becomes the Hessian in place (it is n x n doubles: 642 MB for an 8960-wide input).
   Hessian h;
   h.cols = cols_;

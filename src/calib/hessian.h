@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "calib/gptq.h"
+#include "calib/row_slices.h"
 #include "core/thread_pool.h"
 
 namespace kestrel::calib {
@@ -31,7 +32,7 @@ class HessianAccumulator {
   int64_t cols_;
   int64_t samples_ = 0;
   std::vector<double> sum_;     // [cols][cols]; only tiles on or below the diagonal are filled
-  std::vector<float> waiting_;  // [< 4096][cols]: rows of the slice not yet complete
+  RowSlicer slicer_;            // 4096-token slices
 };
 
 }  // namespace kestrel::calib

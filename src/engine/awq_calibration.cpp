@@ -1,8 +1,10 @@
 #include "engine/awq_calibration.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include <fmt/format.h>
@@ -29,7 +31,10 @@ const char* group_name(LinearKind kind) {
   }
 }
 
-class AwqLayerScaler : public ActivationObserver {
+// Gathers each input's statistics over every slice of a layer's one pass (the float model runs
+// unchanged, so one pass a layer), then scales, clips and encodes the layer's four input groups in
+// the order their inputs came.
+class AwqLayerScaler : public LayerPassObserver {
  public:
   AwqLayerScaler(const Model& model, const std::map<std::string, DType>& targets, const AwqCalibrationOptions& o,
                  const std::function<void(const AwqGroupReport&)>& on_group)
@@ -39,37 +44,55 @@ class AwqLayerScaler : public ActivationObserver {
     const std::vector<LinearKind> readers = linear_readers_of(kind);
     if (readers.empty()) return;
     const auto start = std::chrono::steady_clock::now();
-    const LayerWeights& weights = model_.weights().layers[size_t(layer)];
-    if (layer != layer_) {  // a new layer: nothing of the last one is left to encode
-      layer_ = layer;
-      pending_.clear();
+    auto it = std::find_if(inputs_.begin(), inputs_.end(), [&](const LayerInput& in) { return in.kind == kind; });
+    if (it == inputs_.end()) {
+      std::vector<int64_t> groups;
+      for (LinearKind k : readers) {
+        const int64_t g = clip_group(layer, k);
+        if (g > 0 && std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+      }
+      inputs_.push_back({kind, calib::AwqInputAccumulator(cols, options_.pass.n_chunks * options_.pass.n_ctx,
+                                                          std::max<int64_t>(1, options_.search_tokens), groups,
+                                                          linear_tensor_name(layer, kind)),
+                         0.0});
+      it = std::prev(inputs_.end());
     }
+    it->stats.add(x, n, pool_);
+    it->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
 
-    // Per-channel statistics over every token, and the evenly spaced tokens the search runs on.
-    std::vector<float> abs_mean(static_cast<size_t>(cols)), sq_mean(static_cast<size_t>(cols)),
-        abs_max(static_cast<size_t>(cols), 0.0f);
-    pool_.parallel_for(cols, [&](int64_t c0, int64_t c1) {
-      std::vector<double> a(size_t(c1 - c0), 0.0), q(size_t(c1 - c0), 0.0);
-      for (int64_t t = 0; t < n; ++t) {
-        const float* row = x + t * cols;
-        for (int64_t c = c0; c < c1; ++c) {
-          a[size_t(c - c0)] += std::fabs(double(row[c]));
-          q[size_t(c - c0)] += double(row[c]) * double(row[c]);
-          abs_max[size_t(c)] = std::max(abs_max[size_t(c)], std::fabs(row[c]));
-        }
-      }
-      for (int64_t c = c0; c < c1; ++c) {
-        if (!std::isfinite(a[size_t(c - c0)]) || !std::isfinite(q[size_t(c - c0)])) {
-          fail("AWQ: non-finite calibration input to {}", linear_tensor_name(layer, kind));
-        }
-        abs_mean[size_t(c)] = float(a[size_t(c - c0)] / double(n));
-        sq_mean[size_t(c)] = float(q[size_t(c - c0)] / double(n));
-      }
-    });
-    const int64_t m = std::min(n, std::max<int64_t>(1, options_.search_tokens));
-    std::vector<float> sample(static_cast<size_t>(m * cols));
-    for (int64_t i = 0; i < m; ++i) std::memcpy(&sample[size_t(i * cols)], x + (i * n / m) * cols, size_t(cols) * 4);
+  void end_pass(int64_t layer, bool stopped) override {
+    if (stopped) fail("internal: AWQ's pass of layer {} stopped", layer);
+    for (LayerInput& in : inputs_) scale_group(layer, in.kind, in.stats.finish(pool_), in.seconds);
+    inputs_.clear();
+    if (!pending_.empty()) fail("internal: AWQ left {} matrices of layer {} unencoded", pending_.size(), layer);
+    release_layer_pages(model_, layer);  // no later pass reads this layer's float weights
+  }
 
+  std::map<std::string, EncodedTensor>& encoded() { return encoded_; }
+
+ private:
+  struct LayerInput {
+    LinearKind kind;
+    calib::AwqInputAccumulator stats;
+    double seconds;  // gathering its statistics
+  };
+
+  // The group size matrix k is clipped in (its format's block), or 0 when it is not clipped.
+  int64_t clip_group(int64_t layer, LinearKind k) const {
+    if (!options_.awq.clip || k == LinearKind::AttnQ || k == LinearKind::AttnK) return 0;
+    const DType type = target(layer, k);
+    return calib::awq_can_clip(type) ? quant::require_format(type).block_size : 0;
+  }
+
+  // The input group read through `kind`: its scales searched on the statistics, folded, its
+  // matrices clipped and encoded where final.
+  void scale_group(int64_t layer, LinearKind kind, const calib::AwqInputStats& in, double seconds) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<LinearKind> readers = linear_readers_of(kind);
+    const LayerWeights& weights = model_.weights().layers[size_t(layer)];
+    const int64_t cols = in.cols;
+    const std::vector<float>& sq_mean = in.sq_mean;
     std::vector<calib::AwqLinear> linears;
     for (LinearKind k : readers) {
       const WeightView& view = weights.matrix(k);
@@ -79,10 +102,10 @@ class AwqLayerScaler : public ActivationObserver {
     const ModelConfig& c = model_.config();
     calib::AwqTying tying;
     if (kind == LinearKind::AttnOutput) tying = {c.n_head, c.n_head_kv, c.head_dim};
-    const calib::AwqInput input{cols, sample.data(), m, abs_mean, sq_mean, abs_max};
+    const calib::AwqInput input{cols, in.sample.data(), in.sample_tokens, in.abs_mean, sq_mean, in.abs_max};
     calib::AwqScaleResult scaled;
     if (options_.awq.smooth_alpha >= 0.0) {
-      scaled.scales = calib::smoothquant_scales(linears, abs_max, tying, options_.awq.smooth_alpha);
+      scaled.scales = calib::smoothquant_scales(linears, in.abs_max, tying, options_.awq.smooth_alpha);
     } else if (!options_.awq.smooth_alphas.empty()) {
       scaled = calib::smoothquant_search(linears, input, tying, options_.awq.smooth_alphas, pool_);
     } else if (kind == LinearKind::FfnGate && options_.awq.mlp_output_error) {
@@ -101,17 +124,12 @@ class AwqLayerScaler : public ActivationObserver {
 
     AwqGroupReport report{layer, group_name(kind), scaled.grid, options_.awq.n_grid, scaled.loss,
                           scaled.loss_unscaled, {}, 0.0};
-    std::map<int64_t, calib::BlockMoments> moments;  // by group size
     for (size_t i = 0; i < readers.size(); ++i) {
       importance_[readers[i]] = importance;
-      if (!options_.awq.clip || readers[i] == LinearKind::AttnQ || readers[i] == LinearKind::AttnK ||
-          !calib::awq_can_clip(linears[i].type)) {
-        continue;
-      }
-      const int64_t g = quant::require_format(linears[i].type).block_size;
-      if (moments.count(g) == 0) moments.emplace(g, calib::block_moments(x, n, cols, g, pool_));
+      const int64_t g = clip_group(layer, readers[i]);
+      if (g == 0) continue;
       const calib::AwqClipResult clip =
-          calib::awq_clip(linears[i], cols, moments.at(g), s, importance, options_.awq, pool_);
+          calib::awq_clip(linears[i], cols, in.moments.at(g), s, importance, options_.awq, pool_);
       report.clip.groups += clip.groups, report.clip.clipped += clip.clipped;
       report.clip.loss += clip.loss, report.clip.loss_unclipped += clip.loss_unclipped;
     }
@@ -147,13 +165,10 @@ class AwqLayerScaler : public ActivationObserver {
         encode(layer, LinearKind::FfnDown);
         break;
     }
-    report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    report.seconds = seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (on_group_) on_group_(report);
   }
 
-  std::map<std::string, EncodedTensor>& encoded() { return encoded_; }
-
- private:
   DType target(int64_t layer, LinearKind k) const {
     const std::string name = linear_tensor_name(layer, k);
     const auto it = targets_.find(name);
@@ -199,7 +214,7 @@ class AwqLayerScaler : public ActivationObserver {
   const AwqCalibrationOptions& options_;
   const std::function<void(const AwqGroupReport&)>& on_group_;
   ThreadPool pool_;
-  int64_t layer_ = -1;
+  std::vector<LayerInput> inputs_;                    // this layer's, in the order they came
   std::map<LinearKind, std::vector<float>> pending_;     // scaled weights not yet encoded
   std::map<LinearKind, std::vector<float>> importance_;  // E[x^2] / s^2 of each matrix's input
   std::map<std::string, EncodedTensor> encoded_;
@@ -222,7 +237,7 @@ std::map<std::string, EncodedTensor> awq_quantize_model(const Model& model, std:
     }
   }
   AwqLayerScaler scaler(model, targets, o, on_group);
-  run_calibration_pass(model, tokens, o.pass, scaler, "AWQ");
+  run_layerwise_calibration(model, tokens, o.pass, scaler, "AWQ");
   const size_t expected = size_t(c.n_layer) * (7 + 2 + (c.qkv_bias ? 1 : 0));
   if (scaler.encoded().size() != expected) {
     fail("internal: AWQ encoded {} tensors of the {} expected", scaler.encoded().size(), expected);

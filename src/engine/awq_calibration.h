@@ -1,6 +1,8 @@
-// AWQ over a whole model (calib/awq.h), in the calibration pass (engine/calibration_pass.h): the
-// float model runs unchanged (AutoAWQ also searches every block on the float model's
-// activations), and as each layer's inputs arrive its four input groups are scaled and clipped:
+// AWQ over a whole model (calib/awq.h), in the layer-by-layer calibration pass
+// (engine/calibration_pass.h): the float model runs unchanged (AutoAWQ also searches every block
+// on the float model's activations), one pass a layer over every slice of the calibration, which
+// gathers each input's statistics (calib/awq_input.h); at the pass's end the layer's four input
+// groups are scaled and clipped in turn:
 //   q/k/v      scales folded into attn_norm; v clipped (q and k are not: AutoAWQ's rule, attention
 //              scores are sensitive to clamped weights)
 //   output     scales tied over the query heads of each kv head (GQA) and folded into v's rows

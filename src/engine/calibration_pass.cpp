@@ -85,15 +85,6 @@ class CalibrationChunks {
 
 }  // namespace
 
-void run_calibration_pass(const Model& model, std::span<const int32_t> tokens, const CalibrationPass& o,
-                          ActivationObserver& observer, const char* method) {
-  check_pass(model, tokens, o, method);
-  const auto runner = calibration_runner(model, o, o.n_chunks);
-  const CalibrationChunks all(tokens, o, 0, o.n_chunks, runner->block_size(), runner->num_groups());
-  runner->set_activation_observer(&observer);
-  runner->execute(all.chunks());
-}
-
 void run_layerwise_calibration(const Model& model, std::span<const int32_t> tokens, const CalibrationPass& o,
                                LayerPassObserver& observer, const char* method) {
   check_pass(model, tokens, o, method);
@@ -165,6 +156,10 @@ std::vector<LinearKind> linear_readers_of(LinearKind kind) {
     case LinearKind::AttnVB: return {LinearKind::AttnVB};
     default: return {};
   }
+}
+
+void release_layer_pages(const Model& model, int64_t layer) {
+  for_each_layer_matrix(model.weights().layers[size_t(layer)], [&](const WeightView& v) { model.release_pages(v); });
 }
 
 std::vector<float> dequantize_matrix(const WeightView& view, ThreadPool& pool) {

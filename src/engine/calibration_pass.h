@@ -1,13 +1,9 @@
-// The forward passes the calibrated quantizers (GPTQ, AWQ) learn from. The calibration chunks
+// The forward passes the calibrated quantizers (GPTQ, AWQ) learn from: the calibration chunks
 // (n_ctx tokens each, BOS first when the model wants one, as perplexity cuts them) run through the
-// model either
-// - as ONE batch (run_calibration_pass, AWQ) with an ActivationObserver shown every linear layer's
-//   input of all n_chunks x n_ctx tokens at once, layer by layer; the price is memory: the
-//   activations of all tokens are held at once (about 4 x (3 x n_embd + 2 x n_ff) bytes a token);
-// - or layer by layer over slices of chunks (run_layerwise_calibration, GPTQ; AutoGPTQ's layer
-//   loop): only the residual stream of all tokens is kept (4 x n_embd bytes a token), and each
-//   layer runs slice by slice as often as its observer needs, each time as far as the input it is
-//   learning from.
+// model layer by layer over slices of chunks (AutoGPTQ's layer loop): only the residual stream of
+// all tokens is kept between layers (4 x n_embd bytes a token), and each layer runs slice by slice
+// as often as its observer needs, each time as far as the input it is learning from (GPTQ: a pass
+// per input, so later inputs come from the quantized matrices; AWQ: one pass, on the float model).
 // No logits are computed.
 #pragma once
 
@@ -54,17 +50,12 @@ class LayerPassObserver : public ActivationObserver {
 // attention and Mixture-of-Experts layers are not supported yet.
 std::string calibration_limit(const Model& model, bool names_only = false, bool stacks = false);
 
-// Throws (with both numbers) when the tokens do not hold n_chunks x n_ctx tokens, and (naming the
-// architecture) for a model calibration_limit refuses. `method` names
-// the caller in the errors ("GPTQ", "AWQ").
-void run_calibration_pass(const Model& model, std::span<const int32_t> tokens, const CalibrationPass& pass,
-                          ActivationObserver& observer, const char* method);
-
 // The calibration layer by layer: the chunks' residual stream [n_chunks x n_ctx][n_embd] (F32) is
 // kept between layers, and each layer runs over it in slices of pass.slice_chunks chunks (their
 // K/V in a cache for one slice), pass after pass until one goes through the whole layer. Memory:
-// that residual stream, one slice's activations and K/V, and what the observer keeps. Errors as
-// run_calibration_pass's.
+// that residual stream, one slice's activations and K/V, and what the observer keeps. Throws (with
+// both numbers) when the tokens do not hold n_chunks x n_ctx tokens, and (naming the architecture)
+// for a model calibration_limit refuses; `method` names the caller in the errors ("GPTQ", "AWQ").
 void run_layerwise_calibration(const Model& model, std::span<const int32_t> tokens, const CalibrationPass& pass,
                                LayerPassObserver& observer, const char* method);
 
@@ -75,6 +66,11 @@ void run_layerwise_calibration(const Model& model, std::span<const int32_t> toke
 // each head's attn_k_b / attn_v_b their own; for the kinds shown after the first of a shared input
 // (AttnK, AttnV, FfnUp, SharedUp, ExpertUp), for Output and the router, none.
 std::vector<LinearKind> linear_readers_of(LinearKind kind);
+
+// Drops the mapped file's pages of every matrix of `layer` (a calibration done with that layer's
+// weights: the model's memory then stays about one layer's, not the whole file's); matrices in
+// memory of their own are left alone.
+void release_layer_pages(const Model& model, int64_t layer);
 
 // A weight matrix [rows][cols] decoded to float, rows over the pool.
 std::vector<float> dequantize_matrix(const WeightView& view, ThreadPool& pool);

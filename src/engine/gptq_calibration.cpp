@@ -60,10 +60,9 @@ class GptqLayerQuantizer : public LayerPassObserver {
     seen_.clear();
     if (!stopped) {
       // The layer is done: no later pass reads its weights, so the file's pages of the matrices
-      // left as they were (those GPTQ does not target) are dropped too (the mapped model's memory
-      // then stays about one layer's, not the whole file's).
+      // left as they were (those GPTQ does not target) are dropped too.
       learned_.clear();
-      for_each_layer_matrix(model_.weights().layers[size_t(layer)], [&](const WeightView& v) { release_pages(v); });
+      release_layer_pages(model_, layer);
       return;
     }
     if (!current_) fail("internal: GPTQ's pass stopped in layer {} at no input", layer);
@@ -100,17 +99,9 @@ class GptqLayerQuantizer : public LayerPassObserver {
     out.bytes = calib::gptq_quantize(type, w, view.rows, view.cols, hessian, options_.gptq, pool_, &report.stats,
                                      options_.measure_loss);
     // From here on the forward pass computes this layer with its quantized weights.
-    release_pages(model_.replace_matrix(name, WeightView{type, view.rows, view.cols, out.bytes.data()}));
+    model_.release_pages(model_.replace_matrix(name, WeightView{type, view.rows, view.cols, out.bytes.data()}));
     report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (on_tensor_) on_tensor_(report);
-  }
-
-  // Drops the model file's pages of matrix `v` (which the calibration will not read again); a view
-  // outside the file's mapping (an encoding in memory) is left alone.
-  void release_pages(const WeightView& v) const {
-    const quant::WeightFormat* format = quant::find_format(v.type);
-    if (v.data == nullptr || v.rows == 0 || format == nullptr) return;
-    model_.file().release_pages(v.data, size_t(v.rows * quant::row_bytes(*format, v.cols)));
   }
 
   // The targets not yet encoded among the matrices that read the input shown as `kind`.
@@ -214,7 +205,7 @@ class GptqLayerQuantizer : public LayerPassObserver {
       out.type = p.type;
       out.method = "gptq";
       out.bytes = std::move(p.bytes);
-      release_pages(model_.replace_matrix(name, WeightView{p.type, stack.rows, stack.cols, out.bytes.data()}));
+      model_.release_pages(model_.replace_matrix(name, WeightView{p.type, stack.rows, stack.cols, out.bytes.data()}));
       GptqTensorReport report{name, p.type, stack.rows, stack.cols, p.samples, p.stats, i == 0 ? hessian_seconds : 0.0,
                               p.seconds};
       report.stacked = n_mat;

@@ -554,6 +554,12 @@ std::string Model::input_ordered_matrix() const {
   return weights_.output.input_order != nullptr ? "output.weight" : "";
 }
 
+void Model::release_pages(const WeightView& v) const {
+  const quant::WeightFormat* format = quant::find_format(v.type);
+  if (v.data == nullptr || v.rows == 0 || format == nullptr) return;
+  file_->release_pages(v.data, size_t(v.rows * quant::row_bytes(*format, v.cols)));
+}
+
 bool Model::can_replace_matrix(const std::string& name) const {
   return const_cast<Model*>(this)->replaceable_matrix(name) != nullptr;
 }

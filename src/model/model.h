@@ -164,6 +164,10 @@ class Model {
   // Whether replace_matrix knows the name (the embedding, an untied head, the layers' seven linear
   // matrices; not fused or expert tensors).
   bool can_replace_matrix(const std::string& name) const;
+  // Drops the file's pages of matrix `v` (a calibration done with a layer's weights; they are read
+  // back from the file if touched again); a view outside the file's mapping (an encoding in memory)
+  // is left alone.
+  void release_pages(const WeightView& v) const;
   // The first matrix that reads its input in its own column order (an act-order checkpoint's
   // input_order), or "" if none: calibration, which observes inputs in the model's order, refuses it.
   std::string input_ordered_matrix() const;

@@ -279,8 +279,9 @@ TEST(ArchModelCalibration, UnsupportedLayoutsAreRefusedByName) {
   EXPECT_EQ(limit("cohere", false), "LayerNorm");
   EXPECT_EQ(limit("starcoder2", false), "LayerNorm");
 
-  struct Ignore : ActivationObserver {
+  struct Ignore : LayerPassObserver {
     void observe(int64_t, LinearKind, const float*, int64_t, int64_t) override { ADD_FAILURE() << "ran"; }
+    void end_pass(int64_t, bool) override { ADD_FAILURE() << "ran"; }
   } observer;
   const auto model = Model::load(fixture_gguf("starcoder2"));
   CalibrationPass pass;
@@ -288,7 +289,7 @@ TEST(ArchModelCalibration, UnsupportedLayoutsAreRefusedByName) {
   pass.n_chunks = 1;
   const std::vector<int32_t> tokens = {1, 2, 3, 4};
   try {
-    run_calibration_pass(*model, tokens, pass, observer, "AWQ");
+    run_layerwise_calibration(*model, tokens, pass, observer, "AWQ");
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("AWQ calibration does not support architecture 'starcoder2'"),

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "cli_process.h"
 #include "convert/hf_convert.h"
 #include "convert/imatrix_file.h"
@@ -294,6 +296,36 @@ TEST(AwqStories260K, DivergesLessThanRoundToNearestAndWritesWhatItEncoded) {
   RecordProperty("kld_rtn", std::to_string(rtn.mean));
   EXPECT_LT(awq.mean, 0.9 * rtn.mean) << "AWQ " << awq.mean << " RTN " << rtn.mean;
   EXPECT_GT(awq.top1_agreement, rtn.top1_agreement);
+}
+
+// AWQ runs the float model layer by layer over slices of the calibration chunks, gathering each
+// input's statistics slice by slice (sums in token order, block moments over 4096-token products
+// cut from the token stream, sampled tokens by their global index): 40 chunks of 128 tokens in
+// slices of 3 (a sampled token and a 4096-token cut inside a slice) give the bytes of one slice of
+// all 40, clipping included, and the groups in the same order.
+TEST(AwqStories260K, SlicesOfTheCalibrationGiveTheSameEncodings) {
+  std::map<std::string, EncodedTensor> encoded[2];
+  std::vector<std::string> order[2];
+  const int64_t slices[2] = {40, 3};
+  int64_t clipped = 0;
+  for (int i = 0; i < 2; ++i) {
+    const auto model = Model::load(kStories);
+    AwqCalibrationOptions options;
+    options.pass.n_ctx = 128;
+    options.pass.n_chunks = 40;
+    options.pass.bos_token = 1;
+    options.pass.slice_chunks = slices[i];
+    options.search_tokens = 1000;  // not a divisor of the 5,120 tokens
+    encoded[i] = awq_quantize_model(*model, calibration_tokens(*model), awq_targets(*model, recipe()), options,
+                                    [&](const AwqGroupReport& r) {
+                                      order[i].push_back(fmt::format("{} {} {}", r.layer, r.group, r.grid));
+                                      clipped += r.clip.clipped;
+                                    });
+  }
+  ASSERT_EQ(encoded[0].size(), 45u);  // 5 layers x (7 matrices + 2 norms)
+  EXPECT_GT(clipped, 0);
+  EXPECT_EQ(order[1], order[0]);
+  for (const auto& [name, t] : encoded[0]) EXPECT_TRUE(encoded[1].at(name).bytes == t.bytes) << name;
 }
 
 // W8A8 (per-token int8 activations) with SmoothQuant's searched scales against plain W8A8, the

@@ -146,6 +146,58 @@ TEST(Awq, BlockMomentsAreTheGroupsSecondMoments) {
   EXPECT_THROW(calib::block_moments(l.x.data(), l.tokens, l.cols, 64, pool), Error);
 }
 
+// What AWQ gathers of an input slice by slice: the channel statistics as plain loops over every
+// token give them, the sampled tokens at their global indices, the block moments as
+// block_moments's; and the same bits however the tokens are split between calls (the block
+// products are cut into 4096-token slices of the stream, not of the calls).
+TEST(Awq, InputStatisticsDoNotDependOnTheCalls) {
+  const test::CalibLayer l = test::make_calib_layer(23, 1, 96, 5000, {});
+  ThreadPool pool(3);
+  auto gather = [&](const std::vector<int64_t>& calls) {
+    calib::AwqInputAccumulator acc(l.cols, l.tokens, 300, {32, 16}, "blk.0.attn_q.weight");
+    int64_t t = 0;
+    for (int64_t n : calls) acc.add(l.x.data() + t * l.cols, n, pool), t += n;
+    return acc.finish(pool);
+  };
+  const calib::AwqInputStats once = gather({5000});
+  EXPECT_EQ(once.abs_mean, abs_mean(l));
+  ASSERT_EQ(once.sample_tokens, 300);
+  for (int64_t c = 0; c < l.cols; ++c) {
+    double sq = 0.0;
+    float mx = 0.0f;
+    for (int64_t t = 0; t < l.tokens; ++t) {
+      const float v = l.x[size_t(t * l.cols + c)];
+      sq += double(v) * double(v), mx = std::max(mx, std::fabs(v));
+    }
+    EXPECT_EQ(once.sq_mean[size_t(c)], float(sq / double(l.tokens))) << c;
+    EXPECT_EQ(once.abs_max[size_t(c)], mx) << c;
+  }
+  for (int64_t i = 0; i < 300; ++i) {
+    const int64_t t = i * l.tokens / 300;
+    EXPECT_TRUE(std::equal(l.x.begin() + t * l.cols, l.x.begin() + (t + 1) * l.cols,
+                           once.sample.begin() + i * l.cols)) << i;
+  }
+  EXPECT_EQ(once.moments.at(32).blocks, calib::block_moments(l.x.data(), l.tokens, l.cols, 32, pool).blocks);
+
+  for (const std::vector<int64_t>& calls : {std::vector<int64_t>{1, 4500, 499}, {17, 17, 4000, 966}}) {
+    const calib::AwqInputStats split = gather(calls);
+    EXPECT_EQ(split.abs_mean, once.abs_mean);
+    EXPECT_EQ(split.sq_mean, once.sq_mean);
+    EXPECT_EQ(split.abs_max, once.abs_max);
+    EXPECT_EQ(split.sample, once.sample);
+    EXPECT_EQ(split.moments.at(32).blocks, once.moments.at(32).blocks);
+    EXPECT_EQ(split.moments.at(16).blocks, once.moments.at(16).blocks);
+  }
+
+  // Fewer or more tokens than announced, and a group that does not divide the columns, are errors.
+  calib::AwqInputAccumulator short_of(l.cols, l.tokens, 10, {}, "blk.0.attn_q.weight");
+  short_of.add(l.x.data(), 4999, pool);
+  EXPECT_THROW(short_of.finish(pool), Error);
+  calib::AwqInputAccumulator past(l.cols, 10, 10, {}, "blk.0.attn_q.weight");
+  EXPECT_THROW(past.add(l.x.data(), 11, pool), Error);
+  EXPECT_THROW(calib::AwqInputAccumulator(l.cols, 10, 10, {64}, "x"), Error);
+}
+
 TEST(Awq, ClipsOnlyFormatsThatQuantizeEachGroupAlone) {
   EXPECT_TRUE(calib::awq_can_clip(DType::INT4_ASYM_G128));
   EXPECT_TRUE(calib::awq_can_clip(DType::Q4_0));

@@ -84,7 +84,6 @@ AwqInputStats AwqInputAccumulator::finish(ThreadPool& pool) {
   slicer_.flush([&](const float* rows, int64_t count) { add_moments(rows, count, pool); });
   AwqInputStats s;
   s.cols = cols_;
-  s.tokens = tokens_;
   s.abs_mean.resize(size_t(cols_));
   s.sq_mean.resize(size_t(cols_));
   for (int64_t c = 0; c < cols_; ++c) {

@@ -28,7 +28,7 @@ struct BlockMoments {
 BlockMoments block_moments(const float* x, int64_t n, int64_t cols, int64_t group, ThreadPool& pool);
 
 struct AwqInputStats {
-  int64_t cols = 0, tokens = 0;
+  int64_t cols = 0;
   std::vector<float> abs_mean, sq_mean, abs_max;  // [cols]
   std::vector<float> sample;                      // [sample_tokens][cols]: tokens i * tokens / sample_tokens
   int64_t sample_tokens = 0;

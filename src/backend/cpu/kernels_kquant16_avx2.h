@@ -128,22 +128,21 @@ struct SymmetricKKernel {
     const uint8_t* p = row + s * kBlockBytes;
     finish_block(acc, direct_lanes(p, a), min_lanes(group_mins(p), a), block_d(p), block_neg_dmin(p), a);
   }
-  // mac_direct for two rows, their sums reduced together.
-  static void mac_direct2(Acc& acc0, Acc& acc1, const uint8_t* row0, const uint8_t* row1, int64_t s, const A& a) {
+  // mac_direct for two rows, their sums reduced together and their accumulators in vector lanes
+  // 0 and 1 (kernels_tile.h).
+  static void mac_direct2_lanes(__m128& pair, const uint8_t* row0, const uint8_t* row1, int64_t s, const A& a) {
     const uint8_t* p0 = row0 + s * kBlockBytes;
     const uint8_t* p1 = row1 + s * kBlockBytes;
     if constexpr (Layout::kHasMins) {
-      fma_affine_pair(acc0, acc1, direct_lanes(p0, a), direct_lanes(p1, a), min_lanes(group_mins(p0), a),
-                      min_lanes(group_mins(p1), a),
-                      _mm_mul_ps(_mm_setr_ps(block_d(p0), block_d(p1), block_neg_dmin(p0), block_neg_dmin(p1)),
-                                 _mm_set1_ps(a.d())));
+      fma_affine_lanes(pair, direct_lanes(p0, a), direct_lanes(p1, a), min_lanes(group_mins(p0), a),
+                       min_lanes(group_mins(p1), a),
+                       _mm_mul_ps(_mm_setr_ps(block_d(p0), block_d(p1), block_neg_dmin(p0), block_neg_dmin(p1)),
+                                  _mm_set1_ps(a.d())));
       return;
     }
     const __m128i quads = lane_sums2(direct_lanes(p0, a), direct_lanes(p1, a));  // S0 S1 S0 S1
     const __m128 scale = _mm_mul_ps(_mm_setr_ps(block_d(p0), block_d(p1), 0.0f, 0.0f), _mm_set1_ps(a.d()));
-    const __m128 acc = _mm_fmadd_ps(_mm_cvtepi32_ps(quads), scale, _mm_setr_ps(acc0, acc1, 0.0f, 0.0f));
-    acc0 = _mm_cvtss_f32(acc);
-    acc1 = _mm_cvtss_f32(_mm_movehdup_ps(acc));
+    pair = _mm_fmadd_ps(_mm_cvtepi32_ps(quads), scale, pair);
   }
   static float finish(Acc acc, const uint8_t*) { return acc; }
 };

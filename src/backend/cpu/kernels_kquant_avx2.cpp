@@ -10,9 +10,11 @@
 // same scalar FMAs (the kernels' finish_block), so decode, small batches and the interleaved
 // prefill tiles (interleaved_matmul, kernels_interleave_avx2.h: 4 rows interleaved 8 bytes at a time, so several
 // maddubs share one madd with the scales) give bitwise the same results. Decode (n = 1) runs 2
-// rows at a time through mac_direct2, which decodes and multiplies 32 bytes at a time without
-// storing the decoded block and reduces both rows' sums in one hadd tree; sub-block scales come
-// from one vector by a byte shuffle each, not a broadcast each.
+// rows at a time through mac_direct2_lanes, which decodes and multiplies 32 bytes at a time
+// without storing the decoded block, unpacks both rows' 6-bit scale and min codes in one vector
+// (scale_min_codes2) and their (d, dmin) in one conversion, reduces both rows' sums in one hadd
+// tree and keeps the two accumulators in one register; sub-block scales come from that vector by
+// a byte shuffle each, not a broadcast each.
 #include "backend/cpu/kernels_isa.h"
 #include "backend/cpu/kernels_kquant_avx2.h"
 #include "backend/cpu/kernels_q8k_common.h"
@@ -38,6 +40,39 @@ alignas(32) const uint8_t kScaleSpread[8][32] = {
 
 inline __m256i spread_scale(__m256i scales8, int j) {
   return _mm256_shuffle_epi8(scales8, _mm256_load_si256(reinterpret_cast<const __m256i*>(kScaleSpread[j])));
+}
+
+// Two rows' 12 bytes of 6-bit scale and min codes unpacked in vector lanes (unpack_scales_mins for
+// both rows at once): per 128-bit lane (row 0 low, row 1 high) bytes 0-7 the sub-blocks' scales,
+// 8-15 their mins. With b the 12 bytes: scale j < 4 = b[j] & 63, scale j >= 4 = (b[j + 4] & 15) |
+// (b[j - 4] >> 6) << 4; min j < 4 = b[j + 4] & 63, min j >= 4 = (b[j + 4] >> 4) | (b[j] >> 6) << 4.
+alignas(32) const uint8_t kCodePick[32] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11,
+                                          0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11};
+alignas(32) const uint8_t kCodeTopPick[32] = {0x80, 0x80, 0x80, 0x80, 0, 1, 2, 3, 0x80, 0x80, 0x80, 0x80, 4, 5, 6, 7,
+                                             0x80, 0x80, 0x80, 0x80, 0, 1, 2, 3, 0x80, 0x80, 0x80, 0x80, 4, 5, 6, 7};
+alignas(32) const uint8_t kCodeLowMask[32] = {63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15,
+                                             63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15};
+// Byte j of a lane to every int16 lane (scale j), and the mins (bytes 8-15) to the 16 bsums' lanes.
+alignas(32) const uint8_t kCodeSpread[8][32] = {
+#define KESTREL_SPREAD(j) {j, 0x80, j, 0x80, j, 0x80, j, 0x80, j, 0x80, j, 0x80, j, 0x80, j, 0x80, \
+    j, 0x80, j, 0x80, j, 0x80, j, 0x80, j, 0x80, j, 0x80, j, 0x80, j, 0x80}
+    KESTREL_SPREAD(0), KESTREL_SPREAD(1), KESTREL_SPREAD(2), KESTREL_SPREAD(3),
+    KESTREL_SPREAD(4), KESTREL_SPREAD(5), KESTREL_SPREAD(6), KESTREL_SPREAD(7)};
+#undef KESTREL_SPREAD
+alignas(32) const uint8_t kMinSpread[32] = {8, 0x80, 8, 0x80, 9, 0x80, 9, 0x80, 10, 0x80, 10, 0x80, 11, 0x80, 11, 0x80,
+                                           12, 0x80, 12, 0x80, 13, 0x80, 13, 0x80, 14, 0x80, 14, 0x80, 15, 0x80, 15, 0x80};
+
+inline __m256i load_control(const uint8_t* c) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(c)); }
+
+inline __m256i scale_min_codes2(const uint8_t* p0, const uint8_t* p1) {
+  const __m256i b = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + 4))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + 4)), 1);
+  const __m256i low = _mm256_shuffle_epi8(b, load_control(kCodePick));  // b0-3 | b8-11 | b4-7 | b8-11
+  const __m256i low_bits = _mm256_and_si256(_mm256_blend_epi32(low, _mm256_srli_epi16(low, 4), 0x88),
+                                            load_control(kCodeLowMask));
+  const __m256i top = _mm256_shuffle_epi8(b, load_control(kCodeTopPick));  // 0 | b0-3 | 0 | b4-7
+  return _mm256_or_si256(low_bits, _mm256_and_si256(_mm256_srli_epi16(top, 2), _mm256_set1_epi8(0x30)));
 }
 
 template <bool kFiveBit>
@@ -131,24 +166,38 @@ struct Q45KKernel {
     *sum_lanes = lanes;
     *min_lanes = _mm256_madd_epi16(mins, a.bsums());
   }
+  // direct_sums with the scale and min codes of the row in both 128-bit lanes (scale_min_codes2).
+  static void direct_sums_codes(const uint8_t* p, const A& a, __m256i codes, __m256i* sum_lanes, __m256i* min_lanes) {
+    __m256i lanes = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      __m256i even, odd;
+      levels_pair(p, c, &even, &odd);
+      lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(even, a.q(2 * c)),
+                                                        _mm256_shuffle_epi8(codes, load_control(kCodeSpread[2 * c]))));
+      lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(odd, a.q(2 * c + 1)),
+                                                        _mm256_shuffle_epi8(codes, load_control(kCodeSpread[2 * c + 1]))));
+    }
+    *sum_lanes = lanes;
+    *min_lanes = _mm256_madd_epi16(_mm256_shuffle_epi8(codes, load_control(kMinSpread)), a.bsums());
+  }
+  // mac_direct for two rows (decode runs 2 rows at a time), their accumulators in vector lanes 0
+  // and 1 (kernels_tile.h): both rows' scale codes and (d, dmin) unpacked together, their four
+  // sums reduced in one hadd tree; the same integer sums and float operations per row.
+  static void mac_direct2_lanes(__m128& pair, const uint8_t* row0, const uint8_t* row1, int64_t s, const A& a) {
+    const uint8_t* p0 = row0 + s * kBlockBytes;
+    const uint8_t* p1 = row1 + s * kBlockBytes;
+    const __m256i codes = scale_min_codes2(p0, p1);
+    __m256i sum0, min0, sum1, min1;
+    direct_sums_codes(p0, a, _mm256_permute4x64_epi64(codes, 0x44), &sum0, &min0);
+    direct_sums_codes(p1, a, _mm256_permute4x64_epi64(codes, 0xee), &sum1, &min1);
+    fma_affine_lanes(pair, sum0, sum1, min0, min1, affine_scales2(p0, p1, a.d()));
+  }
   // load_w + mac for one token (see the top).
   static void mac_direct(Acc& acc, const uint8_t* row, int64_t s, const A& a) {
     const uint8_t* p = row + s * kBlockBytes;
     __m256i sum_lanes, min_lanes;
     direct_sums(p, a, &sum_lanes, &min_lanes);
     finish_block(acc, sum_lanes, min_lanes, block_d(p), block_neg_dmin(p), a);
-  }
-  // mac_direct for two rows, their four sums reduced together (decode runs 2 rows at a time):
-  // the same float operations per row, in vector lanes.
-  static void mac_direct2(Acc& acc0, Acc& acc1, const uint8_t* row0, const uint8_t* row1, int64_t s, const A& a) {
-    const uint8_t* p0 = row0 + s * kBlockBytes;
-    const uint8_t* p1 = row1 + s * kBlockBytes;
-    __m256i sum0, min0, sum1, min1;
-    direct_sums(p0, a, &sum0, &min0);
-    direct_sums(p1, a, &sum1, &min1);
-    fma_affine_pair(acc0, acc1, sum0, sum1, min0, min1,
-                    _mm_mul_ps(_mm_setr_ps(block_d(p0), block_d(p1), block_neg_dmin(p0), block_neg_dmin(p1)),
-                               _mm_set1_ps(a.d())));
   }
   static float finish(Acc acc, const uint8_t*) { return acc; }
 };

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "backend/cpu/kernels_q8k_common.h"
 #include "backend/cpu/kernels_simd_avx2.h"
@@ -42,16 +43,24 @@ inline __m128i dots4_epi16(const __m256i x[4], __m256i b) {
 
 // Two rows' direct-path super-block: acc_r += S_r * d_r * d_a + M_r * (-dmin_r) * d_a, where S_r
 // and M_r are the int32 lane sums of sum_r and min_r and scale = (d_0, d_1, -dmin_0, -dmin_1) * d_a.
-// S0 S1 M0 M1 come from one hadd tree; two FMAs per row in the order finish_block uses.
-inline void fma_affine_pair(float& acc0, float& acc1, __m256i sum0, __m256i sum1, __m256i min0, __m256i min1,
-                            __m128 scale) {
+// S0 S1 M0 M1 come from one hadd tree; two FMAs per row in the order finish_block uses. The two
+// accumulators are lanes 0 and 1 of `pair` (lanes 2 and 3 are scratch).
+inline void fma_affine_lanes(__m128& pair, __m256i sum0, __m256i sum1, __m256i min0, __m256i min1, __m128 scale) {
   const __m256i quads = _mm256_hadd_epi32(_mm256_hadd_epi32(sum0, sum1), _mm256_hadd_epi32(min0, min1));
   const __m128 sums = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(quads), _mm256_extracti128_si256(quads, 1)));
-  __m128 acc = _mm_setr_ps(acc0, acc1, 0.0f, 0.0f);
-  acc = _mm_fmadd_ps(sums, scale, acc);
-  acc = _mm_fmadd_ps(_mm_movehl_ps(sums, sums), _mm_movehl_ps(scale, scale), acc);
-  acc0 = _mm_cvtss_f32(acc);
-  acc1 = _mm_cvtss_f32(_mm_movehdup_ps(acc));
+  pair = _mm_fmadd_ps(sums, scale, pair);
+  pair = _mm_fmadd_ps(_mm_movehl_ps(sums, sums), _mm_movehl_ps(scale, scale), pair);
+}
+// (d_0, d_1, -dmin_0, -dmin_1) * d_a, the scale of fma_affine_lanes, from the fp16 pairs (d, dmin)
+// at p0 and p1 (the start of a Q4_K / Q5_K super-block): one conversion for both rows.
+inline __m128 affine_scales2(const uint8_t* p0, const uint8_t* p1, float d_a) {
+  uint32_t h0, h1;
+  std::memcpy(&h0, p0, 4);
+  std::memcpy(&h1, p1, 4);
+  const __m128i halves = _mm_unpacklo_epi32(_mm_cvtsi32_si128(int(h0)), _mm_cvtsi32_si128(int(h1)));  // d0 m0 d1 m1
+  const __m128 dm = _mm_cvtph_ps(_mm_shufflelo_epi16(halves, _MM_SHUFFLE(3, 1, 2, 0)));             // d0 d1 m0 m1
+  const __m128 negate_mins = _mm_castsi128_ps(_mm_setr_epi32(0, 0, int(0x80000000u), int(0x80000000u)));
+  return _mm_mul_ps(_mm_xor_ps(dm, negate_mins), _mm_set1_ps(d_a));
 }
 
 // What the k-quant interleaves share (kernels_interleave_avx2.h): a step is one super-block, and a

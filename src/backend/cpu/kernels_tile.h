@@ -39,6 +39,10 @@
 //   K::mac_direct2(acc0, acc1, row0, row1, s, a)  optional: mac_direct for two rows at once (tiles
 //                            of an even number of rows use it), with the same float operations
 //                            per row as mac_direct.
+//   K::mac_direct2_lanes(pair, row0, row1, s, a)  optional, instead of mac_direct2 for one-token
+//                            tiles: the two rows' accumulators (a float Acc) live in lanes 0 and 1
+//                            of one __m128 across the row's steps (lanes 2 and 3 are scratch);
+//                            the same float operations per row as mac_direct.
 //
 // Batch invariance: every (row, token) pair owns one Acc that sees exactly the same sequence of
 // mac() calls — steps 0, 1, ..., last — and the same finish(), whichever tile shape, tile position
@@ -116,7 +120,29 @@ void micro_tile(const uint8_t* w, int64_t w_stride, const uint8_t* a, int64_t a_
     for (int t = 0; t < T; ++t) acc[r][t] = K::zero();
   }
   const int64_t direct = K::direct_steps(k);
-  for (int64_t s = 0; s < direct; ++s) {
+  int64_t first_step = 0;
+  if constexpr (T == 1 && R % 2 == 0 && requires { K::mac_direct2_lanes; }) {
+    // One vector holds a row pair's accumulators across the steps: no packing of two scalars
+    // into a vector and back out at every step.
+    __m128 pair[R / 2];
+#pragma GCC unroll 8
+    for (int i = 0; i < R / 2; ++i) pair[i] = _mm_setzero_ps();
+    for (int64_t s = 0; s < direct; ++s) {
+      if constexpr (requires { K::kStepBytes; }) prefetch_next_tile<K, R>(w, w_stride, s);
+      const typename K::A av = K::load_a(a, s);
+#pragma GCC unroll 8
+      for (int i = 0; i < R / 2; ++i) {
+        K::mac_direct2_lanes(pair[i], w + 2 * i * w_stride, w + (2 * i + 1) * w_stride, s, av);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R / 2; ++i) {
+      acc[2 * i][0] = _mm_cvtss_f32(pair[i]);
+      acc[2 * i + 1][0] = _mm_cvtss_f32(_mm_movehdup_ps(pair[i]));
+    }
+    first_step = direct;
+  }
+  for (int64_t s = first_step; s < direct; ++s) {
     // Tiles of few tokens stream weights as decode does (see small_batch below).
     if constexpr (T <= kSmallBatchTokens && requires { K::kStepBytes; }) prefetch_next_tile<K, R>(w, w_stride, s);
     if constexpr (T == 1 && requires { K::mac_direct; }) {

@@ -13,8 +13,8 @@
 // rows at a time through mac_direct2_lanes, which decodes and multiplies 32 bytes at a time
 // without storing the decoded block, unpacks both rows' 6-bit scale and min codes in one vector
 // (scale_min_codes2) and their (d, dmin) in one conversion, reduces both rows' sums in one hadd
-// tree and keeps the two accumulators in one register; sub-block scales come from that vector by
-// a byte shuffle each, not a broadcast each.
+// tree and keeps the two accumulators in one vector; sub-block scales come from that vector by
+// a byte shuffle each, not a broadcast each (every row path unpacks the codes this way).
 #include "backend/cpu/kernels_isa.h"
 #include "backend/cpu/kernels_kquant_avx2.h"
 #include "backend/cpu/kernels_q8k_common.h"
@@ -27,24 +27,9 @@ namespace {
 
 
 
-// Byte-shuffle controls that spread int16 scale j of a vector holding 8 (in each 128-bit lane) over
-// every int16 lane (kernels_tile.h: constants stay plain arrays).
-alignas(32) const uint8_t kScaleSpread[8][32] = {
-#define KESTREL_SPREAD(j) {2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, \
-    2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, \
-    2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, \
-    2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1}
-    KESTREL_SPREAD(0), KESTREL_SPREAD(1), KESTREL_SPREAD(2), KESTREL_SPREAD(3),
-    KESTREL_SPREAD(4), KESTREL_SPREAD(5), KESTREL_SPREAD(6), KESTREL_SPREAD(7)};
-#undef KESTREL_SPREAD
-
-inline __m256i spread_scale(__m256i scales8, int j) {
-  return _mm256_shuffle_epi8(scales8, _mm256_load_si256(reinterpret_cast<const __m256i*>(kScaleSpread[j])));
-}
-
 // Two rows' 12 bytes of 6-bit scale and min codes unpacked in vector lanes (unpack_scales_mins for
-// both rows at once): per 128-bit lane (row 0 low, row 1 high) bytes 0-7 the sub-blocks' scales,
-// 8-15 their mins. With b the 12 bytes: scale j < 4 = b[j] & 63, scale j >= 4 = (b[j + 4] & 15) |
+// both rows at once; p0 == p1 gives one row's codes in both lanes): per 128-bit lane (row 0 low,
+// row 1 high) bytes 0-7 the sub-blocks' scales, 8-15 their mins. With b the 12 bytes: scale j < 4 = b[j] & 63, scale j >= 4 = (b[j + 4] & 15) |
 // (b[j - 4] >> 6) << 4; min j < 4 = b[j + 4] & 63, min j >= 4 = (b[j + 4] >> 4) | (b[j] >> 6) << 4.
 alignas(32) const uint8_t kCodePick[32] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11,
                                           0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11};
@@ -52,7 +37,8 @@ alignas(32) const uint8_t kCodeTopPick[32] = {0x80, 0x80, 0x80, 0x80, 0, 1, 2, 3
                                              0x80, 0x80, 0x80, 0x80, 0, 1, 2, 3, 0x80, 0x80, 0x80, 0x80, 4, 5, 6, 7};
 alignas(32) const uint8_t kCodeLowMask[32] = {63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15,
                                              63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15};
-// Byte j of a lane to every int16 lane (scale j), and the mins (bytes 8-15) to the 16 bsums' lanes.
+// Byte j of a lane to every int16 lane (scale j), and the mins (bytes 8-15) to the 16 bsums' lanes
+// (kernels_tile.h: constants stay plain arrays).
 alignas(32) const uint8_t kCodeSpread[8][32] = {
 #define KESTREL_SPREAD(j) {j, 0x80, j, 0x80, j, 0x80, j, 0x80, j, 0x80, j, 0x80, j, 0x80, j, 0x80, \
     j, 0x80, j, 0x80, j, 0x80, j, 0x80, j, 0x80, j, 0x80, j, 0x80, j, 0x80}
@@ -96,13 +82,6 @@ struct Q45KKernel {
     const __m128i mn = _mm_cvtsi64_si128(int64_t(min_bytes));
     return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
   }
-  // The 8 sub-block scales (int16, in both 128-bit lanes) and the mins widened for the bsums madd.
-  static void block_scales(const uint8_t* p, __m256i* scales8, __m256i* mins) {
-    uint64_t scales, min_bytes;
-    unpack_scales_mins(p + 4, &scales, &min_bytes);
-    *scales8 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales))));
-    *mins = bsum_mins(min_bytes);
-  }
   // Levels of sub-blocks 2c and 2c + 1 (the low and high nibbles of 32 bytes, plus Q5_K's fifth bit).
   static void levels_pair(const uint8_t* p, int c, __m256i* even, __m256i* odd) {
     const __m256i low4 = _mm256_set1_epi8(0x0f);
@@ -134,12 +113,12 @@ struct Q45KKernel {
     W w;
     w.d = block_d(p);
     w.neg_dmin = block_neg_dmin(p);
-    __m256i scales8;
-    block_scales(p, &scales8, &w.mins);
+    const __m256i codes = scale_min_codes2(p, p);
+    w.mins = _mm256_shuffle_epi8(codes, load_control(kMinSpread));
     for (int c = 0; c < 4; ++c) {
       levels_pair(p, c, &w.levels[2 * c], &w.levels[2 * c + 1]);
-      w.scales[2 * c] = spread_scale(scales8, 2 * c);
-      w.scales[2 * c + 1] = spread_scale(scales8, 2 * c + 1);
+      w.scales[2 * c] = _mm256_shuffle_epi8(codes, load_control(kCodeSpread[2 * c]));
+      w.scales[2 * c + 1] = _mm256_shuffle_epi8(codes, load_control(kCodeSpread[2 * c + 1]));
     }
     return w;
   }
@@ -152,22 +131,9 @@ struct Q45KKernel {
     }
     finish_block(acc, lanes, _mm256_madd_epi16(w.mins, a.bsums()), w.d, w.neg_dmin, a);
   }
-  // The integer lanes of S and of M for super-block p, decoding 32 bytes at a time.
-  static void direct_sums(const uint8_t* p, const A& a, __m256i* sum_lanes, __m256i* min_lanes) {
-    __m256i scales8, mins;
-    block_scales(p, &scales8, &mins);
-    __m256i lanes = _mm256_setzero_si256();
-    for (int c = 0; c < 4; ++c) {
-      __m256i even, odd;
-      levels_pair(p, c, &even, &odd);
-      lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(even, a.q(2 * c)), spread_scale(scales8, 2 * c)));
-      lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(odd, a.q(2 * c + 1)), spread_scale(scales8, 2 * c + 1)));
-    }
-    *sum_lanes = lanes;
-    *min_lanes = _mm256_madd_epi16(mins, a.bsums());
-  }
-  // direct_sums with the scale and min codes of the row in both 128-bit lanes (scale_min_codes2).
-  static void direct_sums_codes(const uint8_t* p, const A& a, __m256i codes, __m256i* sum_lanes, __m256i* min_lanes) {
+  // The integer lanes of S and of M for super-block p, decoding 32 bytes at a time; codes: the
+  // row's scale and min codes in both 128-bit lanes (scale_min_codes2).
+  static void direct_sums(const uint8_t* p, const A& a, __m256i codes, __m256i* sum_lanes, __m256i* min_lanes) {
     __m256i lanes = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       __m256i even, odd;
@@ -188,15 +154,15 @@ struct Q45KKernel {
     const uint8_t* p1 = row1 + s * kBlockBytes;
     const __m256i codes = scale_min_codes2(p0, p1);
     __m256i sum0, min0, sum1, min1;
-    direct_sums_codes(p0, a, _mm256_permute4x64_epi64(codes, 0x44), &sum0, &min0);
-    direct_sums_codes(p1, a, _mm256_permute4x64_epi64(codes, 0xee), &sum1, &min1);
+    direct_sums(p0, a, _mm256_permute4x64_epi64(codes, 0x44), &sum0, &min0);
+    direct_sums(p1, a, _mm256_permute4x64_epi64(codes, 0xee), &sum1, &min1);
     fma_affine_lanes(pair, sum0, sum1, min0, min1, affine_scales2(p0, p1, a.d()));
   }
   // load_w + mac for one token (see the top).
   static void mac_direct(Acc& acc, const uint8_t* row, int64_t s, const A& a) {
     const uint8_t* p = row + s * kBlockBytes;
     __m256i sum_lanes, min_lanes;
-    direct_sums(p, a, &sum_lanes, &min_lanes);
+    direct_sums(p, a, scale_min_codes2(p, p), &sum_lanes, &min_lanes);
     finish_block(acc, sum_lanes, min_lanes, block_d(p), block_neg_dmin(p), a);
   }
   static float finish(Acc acc, const uint8_t*) { return acc; }

@@ -26,6 +26,7 @@
 #include "server/completion_run.h"
 #include "server/openai_response.h"
 #include "grammar_options.h"
+#include "parallel_options.h"
 #include "server_options.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,6 +36,7 @@ namespace {
 using json = nlohmann::ordered_json;
 
 struct BatchOptions {
+  WeightMemory weights = WeightMemory::Auto;
   std::string model;
   std::string input;
   std::string output;
@@ -110,7 +112,7 @@ void batch(const BatchOptions& o) {
   const std::vector<InputLine> input = read_input(o.input);
   std::error_code ec;
   if (std::filesystem::is_directory(o.output, ec)) fail("--output {}: is a directory, not a file", o.output);
-  const auto model = Model::load(o.model);
+  const auto model = Model::load(o.model, {}, {.weights = o.weights});
   const auto tokenizer = Tokenizer::from_gguf(model->file());
   std::optional<chat::ChatTemplate> chat_template;
   if (!o.chat_template.empty()) {
@@ -211,6 +213,7 @@ void register_batch(CLI::App& app) {
   auto options = std::make_shared<BatchOptions>();
   CLI::App* cmd = app.add_subcommand("batch", "run a JSONL file of requests offline");
   cmd->add_option("model", options->model, "GGUF model file")->required();
+  add_weight_memory_options(*cmd, options->weights);
   cmd->add_option("-i,--input", options->input, "requests, one JSON object per line")->required()->check(existing_file());
   cmd->add_option("-o,--output", options->output, "results, one JSON object per line")->required();
   cmd->add_option("--chat-template", options->chat_template, "built-in chat template name");

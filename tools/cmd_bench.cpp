@@ -263,9 +263,9 @@ void bench_root(BenchOptions o, const Model& model, ParallelContext& parallel) {
   }
   const double roofline = bandwidth > 0 ? bandwidth / double(bytes_per_token) : 0.0;
   const double pp = median(pp_rates), tg = median(tg_rates);
-  fmt::print("model: {} ({}; {:.3f}B parameters; {}; {:.3f} GiB of weights read per token{})\n",
+  fmt::print("model: {} ({}; {:.3f}B parameters; {}; {:.3f} GiB of weights read per token, {}{})\n",
              o.model, c.name, double(model.parameter_count()) / 1e9, type_summary(model),
-             double(bytes_per_token) / double(1 << 30),
+             double(bytes_per_token) / double(1 << 30), model.weights_in_memory() ? "in memory" : "mapped",
              parallel.distributed() ? fmt::format(": rank 0's shard, one of {} ranks", parallel.world_size()) : "");
   double load[1] = {0.0};
   const bool have_load = getloadavg(load, 1) == 1;
@@ -311,6 +311,7 @@ void bench_root(BenchOptions o, const Model& model, ParallelContext& parallel) {
         {"kv", kv.describe()},
         {"depth", o.depth},
         {"weight_bytes_per_token", bytes_per_token},
+        {"weights_in_memory", model.weights_in_memory()},
         {"bandwidth_bytes_s", bandwidth},
         {"roofline_tok_s", roofline},
         {"pp", {{"tokens", o.pp}, {"tok_s", pp}, {"runs", pp_rates}}},

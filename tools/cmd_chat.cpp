@@ -25,6 +25,7 @@
 #include "kv_options.h"
 #include "sampling_options.h"
 #include "spec_options.h"
+#include "parallel_options.h"
 #include "server_options.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,6 +33,7 @@ namespace kestrel::cli {
 namespace {
 
 struct ChatOptions {
+  WeightMemory weights = WeightMemory::Auto;
   std::string model;
   std::string system_prompt;
   std::string chat_template;
@@ -103,7 +105,7 @@ void print_stats(int turn, const ChatTurnStats& s) {
 }
 
 void chat_loop(const ChatOptions& o) {
-  const auto model = Model::load(o.model);
+  const auto model = Model::load(o.model, {}, {.weights = o.weights});
   const auto tokenizer = Tokenizer::from_gguf(model->file());
   std::optional<chat::ChatTemplate> chat_template = load_chat_template(o.chat_template, model->file());
   if (!chat_template) {
@@ -189,6 +191,7 @@ void register_chat(CLI::App& app) {
   auto options = std::make_shared<ChatOptions>();
   CLI::App* cmd = app.add_subcommand("chat", "interactive multi-turn chat (user turns from stdin)");
   cmd->add_option("model", options->model, "GGUF model file")->required();
+  add_weight_memory_options(*cmd, options->weights);
   cmd->add_option("-s,--system", options->system_prompt, "system prompt");
   cmd->add_option("--chat-template", options->chat_template,
                   "built-in template name or a Jinja file (default: the model's own)");

@@ -28,7 +28,9 @@ struct InfoOptions {
 };
 
 void info(const InfoOptions& o) {
-  const auto model = Model::load(o.model);
+  // Mapped: the plan below subtracts the weights from what is available, as serve (which may read
+  // them into memory, out of the available memory) will see it.
+  const auto model = Model::load(o.model, {}, {.weights = WeightMemory::Mapped});
   const ModelConfig& c = model->config();
   const auto tokenizer = Tokenizer::from_gguf(model->file());
   fmt::print("file:            {} (GGUF v{})\n", o.model, model->file().version());

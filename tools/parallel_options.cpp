@@ -11,7 +11,18 @@
 
 namespace kestrel::cli {
 
+void add_weight_memory_options(CLI::App& cmd, WeightMemory& weights) {
+  CLI::Option* mmap = cmd.add_flag_callback("--mmap", [&weights] { weights = WeightMemory::Mapped; },
+                                            "use the weights in place from the file (page cache, shared between processes)");
+  CLI::Option* no_mmap = cmd.add_flag_callback(
+      "--no-mmap", [&weights] { weights = WeightMemory::InMemory; },
+      "read the weights into memory (huge pages where the kernel gives them; faster MoE decode). Default: in "
+      "memory when the file takes at most half the available memory, else mapped");
+  mmap->excludes(no_mmap);
+}
+
 void add_parallel_options(CLI::App& cmd, ParallelOptions& o, const std::string& pp_flag) {
+  add_weight_memory_options(cmd, o.weights);
   ParallelConfig& c = o.config;
   cmd.add_option("--tp", c.tp, "tensor-parallel ranks (launch with mpirun -np TP*PP)")->check(int_range(1, 1024));
   cmd.add_option(pp_flag, c.pp, "pipeline-parallel stages")->check(int_range(1, 1024));
@@ -36,7 +47,7 @@ GroupMember join_group(const ParallelOptions& o, const std::string& model_path) 
   request.pp_rank = p.pp_rank();
   request.tp_deterministic = o.config.tp_deterministic;
   try {
-    member.model = Model::load(model_path, request);
+    member.model = Model::load(model_path, request, {.weights = o.weights});
   } catch (const Error& e) {
     if (!p.distributed()) throw;
     end_group(p, e);

@@ -1,6 +1,7 @@
 // Running one model over several processes (dist/parallel.h) from the CLI: --tp, --pp and their
-// knobs for run, serve, bench and perplexity; joining the job and loading this rank's shard; the
-// headless ranks' side; and fail-stop: any error on any rank ends the whole job with status 1.
+// knobs for run, serve, bench and perplexity; joining the job and loading this rank's shard (with
+// --mmap / --no-mmap); the headless ranks' side; and fail-stop: any error on any rank ends the whole
+// job with status 1.
 #pragma once
 
 #include <memory>
@@ -16,7 +17,12 @@ namespace kestrel::cli {
 
 struct ParallelOptions {
   ParallelConfig config;
+  WeightMemory weights = WeightMemory::Auto;  // --mmap / --no-mmap
 };
+
+// --mmap and --no-mmap (llama.cpp's names): the weights mapped from the file, or read into memory
+// (model.h's WeightMemory); neither: Auto.
+void add_weight_memory_options(CLI::App& cmd, WeightMemory& weights);
 
 // `pp_flag`: the pipeline option's name (bench's --pp is llama-bench's prompt size, so there it is
 // --pipeline-parallel).

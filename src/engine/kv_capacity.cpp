@@ -89,7 +89,10 @@ std::vector<int64_t> resolve_kv_group_blocks(const Model& model, const EngineCon
         fail("--kv-memory-fraction must be in (0, 1], got {}", config.kv_memory_fraction);
       }
       available = available_memory_bytes();
-      const int64_t spare = available - model.weight_bytes() - scratch_bytes(model, config);
+      // Mapped weights sit in the page cache, which the kernel counts as available; weights read
+      // into memory are already out of it.
+      const int64_t weights = model.weights_in_memory() ? 0 : model.weight_bytes();
+      const int64_t spare = available - weights - scratch_bytes(model, config);
       budget = int64_t(config.kv_memory_fraction * double(std::max<int64_t>(0, spare)));
       // No more than max_num_seqs full contexts can use.
       full_cap = int64_t(config.max_num_seqs) * ((max_model_len + bs - 1) / bs) +

@@ -139,8 +139,8 @@ int64_t TensorInfo::rows() const {
   return rows;
 }
 
-std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
-  auto mapping = std::make_unique<MappedFile>(path);
+std::unique_ptr<GgufFile> GgufFile::open(const std::string& path, FileResidency residency) {
+  auto mapping = std::make_unique<MappedFile>(path, residency);
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->name_ = path;
   const std::span<const uint8_t> bytes(mapping->data(), mapping->size());

@@ -48,8 +48,8 @@ struct KeyValue {
 
 class GgufFile {
  public:
-  // Maps and parses a file.
-  static std::unique_ptr<GgufFile> open(const std::string& path);
+  // Maps (or reads into memory: core/mapped_file.h) and parses a file.
+  static std::unique_ptr<GgufFile> open(const std::string& path, FileResidency residency = FileResidency::Mapped);
   // Parses bytes held by the caller (they must outlive the object); `name` is used in errors.
   static std::unique_ptr<GgufFile> parse(std::span<const uint8_t> bytes, std::string name);
   // Builds a GGUF view from parts made elsewhere (a Hugging Face folder read as if it were a GGUF

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <iterator>
 #include <numeric>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/memory_info.h"
 #include "core/progress.h"
 #include "loader/hf_folder.h"
 #include "loader/hf_quantized.h"
@@ -74,9 +76,33 @@ WeightView slice_columns(const WeightView& w, int64_t begin, int64_t end, std::v
   return WeightView{DType::F32, w.rows, end - begin, buffer.data()};
 }
 
+FileResidency choose_residency(WeightMemory wanted, int64_t file_bytes, int64_t available_bytes, bool whole_file) {
+  if (wanted == WeightMemory::Mapped) return FileResidency::Mapped;
+  if (wanted == WeightMemory::InMemory) return FileResidency::Copied;
+  // Half: the KV cache is sized from what is left, and the page cache the read fills is reclaimable.
+  return whole_file && file_bytes <= available_bytes / 2 ? FileResidency::Copied : FileResidency::Mapped;
+}
+
 std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& request, const ModelLoadOptions& options) {
   std::unique_ptr<Model> model(new Model());
-  model->file_ = is_hf_folder(path) ? load_hf_folder(path) : gguf::GgufFile::open(path);
+  if (is_hf_folder(path)) {
+    model->file_ = load_hf_folder(path);
+  } else {
+    const bool whole_file = options.prefault && request.tp_size * request.pp_size == 1;
+    std::error_code error;
+    const auto file_bytes = int64_t(std::filesystem::file_size(path, error));
+    const int64_t available = available_memory_bytes();
+    // A file that cannot be sized is mapped, whose open names what is wrong with it.
+    const FileResidency residency =
+        error ? FileResidency::Mapped : choose_residency(options.weights, file_bytes, available, whole_file);
+    if (residency == FileResidency::Copied && available > 0 && file_bytes > available) {
+      fail("{}: --no-mmap needs {} of memory to read the file into, {} is available; leave it out (or give "
+           "--mmap) to map the file instead",
+           path, human_bytes(double(file_bytes)), human_bytes(double(available)));
+    }
+    model->file_ = gguf::GgufFile::open(path, residency);
+    model->weights_in_memory_ = residency == FileResidency::Copied;
+  }
   model->config_ = read_model_config(*model->file_);
   model->read_vocab_size();
   // The FFN split's unit: whole blocks of ffn_down's format (the same type in every layer of the
@@ -106,7 +132,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& 
         model->weights_, model->owned_matrices_, [&file](const void* data, size_t bytes) { file.release_pages(data, bytes); });
     model->reencoding_extra_bytes_ = summary.bytes_after - summary.bytes_before;
   }
-  if (options.prefault) prefault_weights(model->weights_);
+  if (options.prefault && !model->weights_in_memory_) prefault_weights(model->weights_);
   return model;
 }
 

@@ -91,6 +91,15 @@ struct ModelWeights {
 // row-parallel shard (attn_output, ffn_down) of a quantized matrix.
 WeightView slice_columns(const WeightView& w, int64_t begin, int64_t end, std::vector<LargeBuffer>& owned);
 
+// Where a GGUF's weights live (core/mapped_file.h): Mapped from the file, or InMemory (read into
+// anonymous memory, transparent huge pages where the kernel gives them: faster MoE decode). Auto:
+// in memory when the file takes at most half the available memory and the whole file is wanted
+// (no shard request, prefaulted), else mapped; a Hugging Face folder is always mapped.
+enum class WeightMemory { Auto, Mapped, InMemory };
+
+// Auto's choice for a file of `file_bytes` with `available_bytes` of memory available.
+FileResidency choose_residency(WeightMemory wanted, int64_t file_bytes, int64_t available_bytes, bool whole_file);
+
 struct ModelLoadOptions {
   // Re-encode matrices for the CPU kernels (false: tests comparing the stored type's kernels).
   bool compute_encodings = true;
@@ -98,6 +107,7 @@ struct ModelLoadOptions {
   // pass). A calibration that reads the model one layer at a time and drops each layer's pages
   // after it skips this, so the whole file is never resident at once.
   bool prefault = true;
+  WeightMemory weights = WeightMemory::Auto;
 };
 
 // Layers [begin, end) of a model; -1: the stage's first / end.
@@ -115,7 +125,8 @@ class Model {
   // dequantized to F32).
   // Matrices whose type the CPU kernels compute faster in an exact re-encoding are re-encoded into
   // memory of the model's own (model/compute_encodings.h), and every weight page is touched,
-  // unless `options` says otherwise.
+  // unless `options` says otherwise. The file is read into memory or mapped as options.weights
+  // says; asked to read a file larger than the available memory, it fails with a clear error.
   static std::unique_ptr<Model> load(const std::string& path, const ShardRequest& shard = {},
                                      const ModelLoadOptions& options = {});
 
@@ -131,6 +142,9 @@ class Model {
   int64_t parameter_count() const;
   // The tensors' bytes in the file, plus what re-encoding matrices for compute added.
   int64_t weight_bytes() const;
+  // Whether the file was read into memory (WeightMemory::InMemory) rather than mapped: its bytes
+  // are then already out of the memory the kernel reports available.
+  bool weights_in_memory() const { return weights_in_memory_; }
   // How the layers split into KV-cache groups (full attention / sliding window). With a rolling
   // window (attention sinks, core/kv_spec.h), full-attention layers, and sliding layers whose own
   // window is no smaller, see that window and its sinks.
@@ -203,6 +217,7 @@ class Model {
   std::vector<std::vector<float>> owned_vectors_;  // 1-D tensors converted to F32
   std::vector<LargeBuffer> owned_matrices_;         // repacked column slices, compute encodings
   int64_t reencoding_extra_bytes_ = 0;              // the compute encodings' size over the stored types'
+  bool weights_in_memory_ = false;
 };
 
 }  // namespace kestrel

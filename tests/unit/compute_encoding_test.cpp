@@ -4,7 +4,9 @@
 //    blocks (every byte random, so every entry, sign, high bit and scale code);
 //  - a model with IQ3_S matrices loads them re-encoded where the kernel table asks for it (AVX2),
 //    keeps them under the tables that do not (scalar), and its logits equal those of the same
-//    model computed by the IQ3_S kernels bit for bit.
+//    model computed by the IQ3_S kernels bit for bit;
+//  - read into memory instead of mapped, the same logits, and released pages of the copy read back
+//    as the file's bytes.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -154,6 +156,35 @@ TEST(ComputeEncoding, ReleasedPagesReadBackFromTheFile) {
   file.release(file.data() + 100, file.size() - 200);
   file.release(file.data() + file.size() - 10, 100);  // past the end: left alone
   EXPECT_EQ(std::memcmp(before.data(), file.data(), file.size()), 0);
+}
+
+// Read into memory instead: the copy's bytes are the file's, and a released range (mapped back
+// from the file in place of the copy) still reads as the file's bytes, not zeros.
+TEST(ComputeEncoding, ReleasedPagesOfACopyReadBackFromTheFile) {
+  const MappedFile mapped(iq3s_model());
+  const MappedFile copied(iq3s_model(), FileResidency::Copied);
+  ASSERT_EQ(copied.residency(), FileResidency::Copied);
+  ASSERT_EQ(copied.size(), mapped.size());
+  ASSERT_NE(copied.data(), mapped.data());
+  ASSERT_EQ(std::memcmp(mapped.data(), copied.data(), copied.size()), 0);
+  copied.release(copied.data() + 5000, copied.size() / 2);
+  copied.release(copied.data() + copied.size() - 10, 100);  // past the end: left alone
+  copied.release(mapped.data() + 5000, 9000);               // not inside the copy: left alone
+  EXPECT_EQ(std::memcmp(mapped.data(), copied.data(), copied.size()), 0);
+}
+
+// The same model with its weights read into memory (the re-encoded matrices' bytes released from
+// the copy) and mapped: the same logits bit for bit.
+TEST(ComputeEncoding, Iq3SModelInMemoryGivesTheMappedLogits) {
+  const std::string& path = iq3s_model();
+  const auto mapped = Model::load(path, {}, {.weights = WeightMemory::Mapped});
+  const auto in_memory = Model::load(path, {}, {.weights = WeightMemory::InMemory});
+  EXPECT_FALSE(mapped->weights_in_memory());
+  EXPECT_TRUE(in_memory->weights_in_memory());
+  EXPECT_EQ(in_memory->weight_bytes(), mapped->weight_bytes());
+  const std::vector<float> a = prompt_and_step_logits(*mapped), b = prompt_and_step_logits(*in_memory);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
 }
 
 TEST(ComputeEncoding, ScalarTableKeepsIq3S) {

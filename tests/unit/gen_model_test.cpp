@@ -284,6 +284,16 @@ TEST(GenModelCli, GenModelThenBenchPrintsTableAndJson) {
   ASSERT_EQ(j["batch"].size(), 2u);
   EXPECT_EQ(j["batch"][1]["sequences"].get<int>(), 3);
   EXPECT_GT(j["weight_bytes_per_token"].get<int64_t>(), 0);
+  EXPECT_TRUE(j["weights_in_memory"].get<bool>()) << "a small file is read into memory by default";
+  EXPECT_NE(bench.out.find("per token, in memory)"), std::string::npos) << bench.out;
+
+  // --mmap maps it instead; both flags at once are a usage error.
+  const CommandResult mapped = run_kestrel("bench " + path + " -t 1 --pp 0 --tg 2 --batch 0 --reps 1 --no-bandwidth --json --mmap");
+  ASSERT_EQ(mapped.exit_code, 0) << mapped.out;
+  EXPECT_FALSE(nlohmann::json::parse(mapped.out.substr(mapped.out.rfind("\n{") + 1))["weights_in_memory"].get<bool>());
+  const CommandResult both = run_kestrel("bench " + path + " --mmap --no-mmap");
+  EXPECT_EQ(both.exit_code, 2) << both.out;
+  EXPECT_NE(both.out.find("--mmap excludes --no-mmap"), std::string::npos) << both.out;
 }
 
 }  // namespace

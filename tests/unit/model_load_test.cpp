@@ -130,6 +130,32 @@ TEST(ModelLoad, UnsupportedWeightTypeIsNamed) {
   expect_load_error(path, {"blk.0.attn_q.weight"});
 }
 
+// --mmap / --no-mmap and the default between them: in memory when the file takes at most half the
+// available memory and the whole file is wanted.
+TEST(ModelLoad, WeightMemoryChoice) {
+  const int64_t gib = int64_t(1) << 30;
+  EXPECT_EQ(choose_residency(WeightMemory::Auto, 4 * gib, 8 * gib, true), FileResidency::Copied);
+  EXPECT_EQ(choose_residency(WeightMemory::Auto, 4 * gib + 1, 8 * gib, true), FileResidency::Mapped);
+  EXPECT_EQ(choose_residency(WeightMemory::Auto, 1, 8 * gib, false), FileResidency::Mapped) << "a shard or a layer-by-layer read";
+  EXPECT_EQ(choose_residency(WeightMemory::Auto, 1, 0, true), FileResidency::Mapped) << "available memory unknown";
+  EXPECT_EQ(choose_residency(WeightMemory::InMemory, 8 * gib, gib, false), FileResidency::Copied);
+  EXPECT_EQ(choose_residency(WeightMemory::Mapped, 1, 8 * gib, true), FileResidency::Mapped);
+  const auto small = Model::load(stories());  // 1 MB: in memory by default
+  EXPECT_TRUE(small->weights_in_memory());
+  const auto layer_by_layer = Model::load(stories(), {}, {.prefault = false});
+  EXPECT_FALSE(layer_by_layer->weights_in_memory());
+}
+
+TEST(ModelLoad, NonexistentFileInMemory) {
+  const std::string missing = "/nonexistent/model.gguf";
+  try {
+    Model::load(missing, {}, {.weights = WeightMemory::InMemory});
+    FAIL() << "loaded a missing file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot open"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ModelLoad, NonexistentFile) {
   expect_load_error("/nonexistent/model.gguf", {"cannot open"});
 }

@@ -252,7 +252,7 @@ bool is_hf_folder(const std::string& path) {
   return fs::is_directory(path) && fs::exists(fs::path(path) / "config.json");
 }
 
-std::unique_ptr<gguf::GgufFile> load_hf_folder(const std::string& folder) {
+std::unique_ptr<gguf::GgufFile> load_hf_folder(const std::string& folder, FileResidency residency) {
   const fs::path config_path = fs::path(folder) / "config.json";
   json raw = read_json(config_path);
   if (!raw.contains("architectures") || !raw["architectures"].is_array() || raw["architectures"].empty() ||
@@ -342,7 +342,7 @@ std::unique_ptr<gguf::GgufFile> load_hf_folder(const std::string& folder) {
 
   // Tensors.
   const HfQuantization quantization = parse_hf_quantization(raw_config, folder);
-  auto st = std::shared_ptr<safetensors::SafetensorsModel>(safetensors::SafetensorsModel::open_folder(folder));
+  auto st = std::shared_ptr<safetensors::SafetensorsModel>(safetensors::SafetensorsModel::open_folder(folder, residency));
   TensorBuilder tb(*st, folder, prefix, quantization);
   std::vector<Built> built;
   std::vector<std::string> fallbacks;

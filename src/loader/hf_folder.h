@@ -21,8 +21,9 @@ namespace kestrel {
 bool is_hf_folder(const std::string& path);
 
 // Throws kestrel::Error naming the file and the problem (missing config key, unknown architecture
-// or dtype, truncated safetensors, tensor shapes that disagree with the config).
-std::unique_ptr<gguf::GgufFile> load_hf_folder(const std::string& folder);
+// or dtype, truncated safetensors, tensor shapes that disagree with the config). `residency`: the
+// safetensors files mapped or read into memory (core/mapped_file.h).
+std::unique_ptr<gguf::GgufFile> load_hf_folder(const std::string& folder, FileResidency residency = FileResidency::Mapped);
 
 // tokenizer.json -> GGUF tokenizer.ggml.* keys (appended to `metadata`). `config` supplies
 // bos/eos ids when tokenizer_config.json does not.

@@ -53,9 +53,9 @@ float Tensor::float_at(int64_t i) const {
   return dtype == "F16" ? fp16_to_float(h) : bf16_to_float(h);
 }
 
-std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path, FileResidency residency) {
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
-  file->mapping_ = std::make_unique<MappedFile>(path);
+  file->mapping_ = std::make_unique<MappedFile>(path, residency);
   const uint8_t* bytes = file->mapping_->data();
   const uint64_t size = file->mapping_->size();
   if (size < 8) fail("{}: not a safetensors file: {} bytes is too short for the header length", path, size);
@@ -142,7 +142,7 @@ const Tensor* SafetensorsFile::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-std::unique_ptr<SafetensorsModel> SafetensorsModel::open_folder(const std::string& folder) {
+std::unique_ptr<SafetensorsModel> SafetensorsModel::open_folder(const std::string& folder, FileResidency residency) {
   namespace fs = std::filesystem;
   auto model = std::make_unique<SafetensorsModel>();
   std::vector<std::string> paths;
@@ -171,7 +171,7 @@ std::unique_ptr<SafetensorsModel> SafetensorsModel::open_folder(const std::strin
   }
   if (paths.empty()) fail("{}: no *.safetensors files", folder);
   for (const std::string& p : paths) {
-    model->files_.push_back(SafetensorsFile::open(p));
+    model->files_.push_back(SafetensorsFile::open(p, residency));
     for (const auto& [name, tensor] : model->files_.back()->tensors()) {
       if (!model->index_.emplace(name, &tensor).second) {
         fail("{}: tensor '{}' appears in more than one shard", folder, name);

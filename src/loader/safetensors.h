@@ -33,7 +33,7 @@ struct Tensor {
 
 class SafetensorsFile {
  public:
-  static std::unique_ptr<SafetensorsFile> open(const std::string& path);
+  static std::unique_ptr<SafetensorsFile> open(const std::string& path, FileResidency residency = FileResidency::Mapped);
   const std::string& path() const { return mapping_->path(); }
   const std::map<std::string, Tensor>& tensors() const { return tensors_; }
   const Tensor* find(const std::string& name) const;
@@ -50,7 +50,8 @@ class SafetensorsFile {
 // model.safetensors.index.json, or every *.safetensors file. Names must be unique across shards.
 class SafetensorsModel {
  public:
-  static std::unique_ptr<SafetensorsModel> open_folder(const std::string& folder);
+  static std::unique_ptr<SafetensorsModel> open_folder(const std::string& folder,
+                                                       FileResidency residency = FileResidency::Mapped);
   const Tensor* find(const std::string& name) const;
   std::vector<std::string> names() const;
 

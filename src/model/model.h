@@ -91,10 +91,10 @@ struct ModelWeights {
 // row-parallel shard (attn_output, ffn_down) of a quantized matrix.
 WeightView slice_columns(const WeightView& w, int64_t begin, int64_t end, std::vector<LargeBuffer>& owned);
 
-// Where a GGUF's weights live (core/mapped_file.h): Mapped from the file, or InMemory (read into
-// anonymous memory, transparent huge pages where the kernel gives them: faster MoE decode). Auto:
-// in memory when the file takes at most half the available memory and the whole file is wanted
-// (no shard request, prefaulted), else mapped; a Hugging Face folder is always mapped.
+// Where a model's weights live (core/mapped_file.h): Mapped from the file (a folder's safetensors
+// files), or InMemory (read into anonymous memory, transparent huge pages where the kernel gives
+// them: faster decode). Auto: in memory when the files take at most half the available memory and
+// the whole model is wanted (no shard request, prefaulted), else mapped.
 enum class WeightMemory { Auto, Mapped, InMemory };
 
 // Auto's choice for a file of `file_bytes` with `available_bytes` of memory available.

@@ -131,6 +131,15 @@ TEST_P(HfModel, ConfigHasTheArchitecturesFeatures) {
 // All prompts in one batch (separate block tables), logits of the positions transformers recorded.
 TEST_P(HfModel, BatchLogitsMatchTransformers) { test::expect_batch_logits_match(*model_, ref(), GetParam().name); }
 
+// The tests above read the small fixtures into memory (the default for a file this size); mapped
+// from the files instead, the same logits.
+TEST_P(HfModel, MappedWeightsMatchTransformersToo) {
+  EXPECT_TRUE(model_->weights_in_memory());
+  const auto mapped = Model::load(path_, {}, {.weights = WeightMemory::Mapped});
+  EXPECT_FALSE(mapped->weights_in_memory());
+  test::expect_batch_logits_match(*mapped, ref(), GetParam().name + " mapped");
+}
+
 // Greedy generation through the engine, all prompts at once, EOS ignored.
 std::vector<std::vector<TokenId>> generate(const Model& model, const std::vector<std::vector<TokenId>>& prompts,
                                            int max_tokens) {

@@ -31,6 +31,7 @@
 #include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/large_buffer.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "cmd_bench_spec.h"
@@ -72,10 +73,13 @@ double median(std::vector<double> v) {
 }
 
 // Bytes per second of a streaming read of `bytes` by `threads` threads; the best of `reps` passes
-// (the roofline is an upper bound, so the best pass is the fair one).
+// (the roofline is an upper bound, so the best pass is the fair one). The buffer is advised huge
+// pages, as weights read into memory are: on the Zen 3 VM such a read was ~4% faster than one of
+// 4 KB pages (docs/PERFORMANCE.md, "Weights in memory instead of mapped").
 double measure_bandwidth(int threads, int64_t bytes, int reps) {
   const int64_t words = bytes / int64_t(sizeof(uint64_t));
-  std::unique_ptr<uint64_t[]> buffer(new uint64_t[size_t(words)]);
+  LargeBuffer memory(size_t(words) * sizeof(uint64_t));
+  auto* buffer = reinterpret_cast<uint64_t*>(memory.data());
   ThreadPool pool(threads);
   // Each thread first writes the part it will read, so its pages are faulted in beforehand.
   pool.parallel_for(words, [&](int64_t begin, int64_t end) {
@@ -88,7 +92,7 @@ double measure_bandwidth(int threads, int64_t bytes, int reps) {
     pool.run([&](int thread, int num_threads) {
       const int64_t begin = words * thread / num_threads;
       const int64_t end = words * (thread + 1) / num_threads;
-      const uint64_t* p = buffer.get();
+      const uint64_t* p = buffer;
       uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
       int64_t i = begin;
       for (; i + 4 <= end; i += 4) {

@@ -2,14 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <iterator>
 #include <numeric>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "core/memory_info.h"
 #include "core/progress.h"
 #include "loader/hf_folder.h"
 #include "loader/hf_quantized.h"
@@ -45,39 +43,6 @@ void prefault_weights(const ModelWeights& w) {
   progress.finish();
 }
 
-// The bytes of the regular files in `folder` whose names end in `suffix`.
-int64_t folder_bytes(const std::string& folder, const std::string& suffix) {
-  int64_t bytes = 0;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file(error) && name.size() >= suffix.size() &&
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      bytes += int64_t(entry.file_size(error));
-    }
-  }
-  return bytes;
-}
-
-// Whether the model's file (a folder's safetensors files) is mapped or read into memory; reading
-// more than the available memory is refused with a clear error.
-FileResidency weights_residency(const std::string& path, bool folder, const ShardRequest& request,
-                                const ModelLoadOptions& options) {
-  const bool whole_file = options.prefault && request.tp_size * request.pp_size == 1;
-  std::error_code error;
-  const int64_t bytes = folder ? folder_bytes(path, ".safetensors") : int64_t(std::filesystem::file_size(path, error));
-  // A file that cannot be sized is mapped, whose open names what is wrong with it.
-  if (error) return FileResidency::Mapped;
-  const int64_t available = available_memory_bytes();
-  const FileResidency residency = choose_residency(options.weights, bytes, available, whole_file);
-  if (residency == FileResidency::Copied && available > 0 && bytes > available) {
-    fail("{}: --no-mmap needs {} of memory to read the weights into, {} is available; leave it out (or give "
-         "--mmap) to map the file instead",
-         path, human_bytes(double(bytes)), human_bytes(double(available)));
-  }
-  return residency;
-}
-
 }  // namespace
 
 WeightView slice_columns(const WeightView& w, int64_t begin, int64_t end, std::vector<LargeBuffer>& owned) {
@@ -109,17 +74,11 @@ WeightView slice_columns(const WeightView& w, int64_t begin, int64_t end, std::v
   return WeightView{DType::F32, w.rows, end - begin, buffer.data()};
 }
 
-FileResidency choose_residency(WeightMemory wanted, int64_t file_bytes, int64_t available_bytes, bool whole_file) {
-  if (wanted == WeightMemory::Mapped) return FileResidency::Mapped;
-  if (wanted == WeightMemory::InMemory) return FileResidency::Copied;
-  // Half: the KV cache is sized from what is left, and the page cache the read fills is reclaimable.
-  return whole_file && file_bytes <= available_bytes / 2 ? FileResidency::Copied : FileResidency::Mapped;
-}
-
 std::unique_ptr<Model> Model::load(const std::string& path, const ShardRequest& request, const ModelLoadOptions& options) {
   std::unique_ptr<Model> model(new Model());
   const bool folder = is_hf_folder(path);
-  const FileResidency residency = weights_residency(path, folder, request, options);
+  const bool whole_file = options.prefault && request.tp_size * request.pp_size == 1;
+  const FileResidency residency = weights_residency(path, folder, whole_file, options.weights);
   model->file_ = folder ? load_hf_folder(path, residency) : gguf::GgufFile::open(path, residency);
   model->weights_in_memory_ = residency == FileResidency::Copied;
   model->config_ = read_model_config(*model->file_);

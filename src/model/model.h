@@ -17,6 +17,7 @@
 #include "model/model_shard.h"
 #include "model/mla_attention.h"
 #include "model/moe_weights.h"
+#include "model/weight_memory.h"
 
 namespace kestrel {
 
@@ -90,15 +91,6 @@ struct ModelWeights {
 // blocks copied when the cut falls on block boundaries, else the slice dequantized to F32. A
 // row-parallel shard (attn_output, ffn_down) of a quantized matrix.
 WeightView slice_columns(const WeightView& w, int64_t begin, int64_t end, std::vector<LargeBuffer>& owned);
-
-// Where a model's weights live (core/mapped_file.h): Mapped from the file (a folder's safetensors
-// files), or InMemory (read into anonymous memory, transparent huge pages where the kernel gives
-// them: faster decode). Auto: in memory when the files take at most half the available memory and
-// the whole model is wanted (no shard request, prefaulted), else mapped.
-enum class WeightMemory { Auto, Mapped, InMemory };
-
-// Auto's choice for a file of `file_bytes` with `available_bytes` of memory available.
-FileResidency choose_residency(WeightMemory wanted, int64_t file_bytes, int64_t available_bytes, bool whole_file);
 
 struct ModelLoadOptions {
   // Re-encode matrices for the CPU kernels (false: tests comparing the stored type's kernels).

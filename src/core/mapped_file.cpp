@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 #include "core/error.h"
 #include "core/progress.h"
@@ -62,21 +63,19 @@ MappedFile::MappedFile(const std::string& path, FileResidency residency) : path_
     ::close(fd);
     return;
   }
-  reserved_ = (size_ + page_size() - 1) / page_size() * page_size();
-  void* memory = ::mmap(nullptr, reserved_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (memory == MAP_FAILED) close_and_fail(fmt::format("cannot allocate {} bytes to read it into (try --mmap)", size_));
-#if defined(MADV_HUGEPAGE)
-  ::madvise(memory, reserved_, MADV_HUGEPAGE);  // a hint: without THP the copy still works
-#endif
   try {
-    read_all(fd, static_cast<uint8_t*>(memory), size_, path);
+    copy_ = LargeBuffer(size_);  // anonymous, advised huge pages
+  } catch (const std::bad_alloc&) {
+    close_and_fail(fmt::format("cannot allocate {} bytes to read it into (try --mmap)", size_));
+  }
+  try {
+    read_all(fd, copy_.data(), size_, path);
   } catch (...) {
-    ::munmap(memory, reserved_);
     ::close(fd);
     throw;
   }
-  ::mprotect(memory, reserved_, PROT_READ);  // weights are never written: a stray write faults
-  data_ = static_cast<const uint8_t*>(memory);
+  ::mprotect(copy_.data(), size_, PROT_READ);  // weights are never written: a stray write faults
+  data_ = copy_.data();
   fd_ = fd;
 }
 
@@ -102,7 +101,8 @@ void MappedFile::release(const void* begin, size_t bytes) const {
 }
 
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), residency_ == FileResidency::Copied ? reserved_ : size_);
+  // A copy is unmapped by copy_ (with any file pages mapped over parts of it).
+  if (data_ != nullptr && residency_ == FileResidency::Mapped) ::munmap(const_cast<uint8_t*>(data_), size_);
   if (fd_ >= 0) ::close(fd_);
 }
 

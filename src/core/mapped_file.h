@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/large_buffer.h"
+
 namespace kestrel {
 
 enum class FileResidency { Mapped, Copied };
@@ -37,7 +39,7 @@ class MappedFile {
   FileResidency residency_ = FileResidency::Mapped;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
-  size_t reserved_ = 0;  // bytes of the anonymous mapping (Copied): size_ rounded up to a page
+  LargeBuffer copy_;     // Copied: the file's bytes
   int fd_ = -1;          // kept open while Copied, for release
 };
 
